@@ -1,14 +1,117 @@
 #include "kernel_registry.h"
 
-namespace mamba3_jit {
+#include <sstream>
+#include <stdexcept>
 
-// Placeholder until the operator kernels land: only the smoke kernel.
+#include "../kernel_src/m3_params.cuh"
+
+namespace mamba3_jit {
+namespace {
+
+// The configurations each variant supports; warm-up compiles exactly these.
+const std::vector<OpConfig>& known_configs() {
+  static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}};
+  return configs;
+}
+const int kBuckets[] = {1, 2, 4, 8, 0};
+
+std::vector<std::string> dims_options(const OpConfig& c) {
+  return {"-DM3_CHUNK=" + std::to_string(c.chunk), "-DM3_N=" + std::to_string(kSupportedDims.n),
+          "-DM3_P=" + std::to_string(kSupportedDims.p), "-DM3_A=" + std::to_string(kSupportedDims.a),
+          "-DM3_THREADS=" + std::to_string(c.threads)};
+}
+
+void require_known(const OpConfig& c) {
+  for (const auto& k : known_configs()) {
+    if (k.variant == c.variant && k.chunk == c.chunk && k.threads == c.threads) return;
+  }
+  throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) +
+                              "'; supported: variant=v1,chunk=32,threads=256");
+}
+
+}  // namespace
+
+OpConfig parse_op_config(const std::string& text) {
+  OpConfig c;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw std::invalid_argument("mamba3_jit: config item '" + item + "' is not key=value");
+    }
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      if (key == "variant") {
+        c.variant = value;
+      } else if (key == "chunk") {
+        c.chunk = std::stoi(value);
+      } else if (key == "threads") {
+        c.threads = std::stoi(value);
+      } else {
+        throw std::invalid_argument("unknown key");
+      }
+    } catch (const std::exception&) {
+      throw std::invalid_argument("mamba3_jit: bad config item '" + item +
+                                  "'; expected variant=NAME, chunk=INT or threads=INT");
+    }
+  }
+  require_known(c);
+  return c;
+}
+
+std::string to_string(const OpConfig& c) {
+  return "variant=" + c.variant + ",chunk=" + std::to_string(c.chunk) +
+         ",threads=" + std::to_string(c.threads);
+}
+
+int seq_bucket(long long num_seqs) {
+  for (int b : kBuckets) {
+    if (b > 0 && num_seqs <= b) return b;
+  }
+  return 0;
+}
+
+KernelSource v1_scan_source(const OpConfig& c, int bucket, const std::string& arch) {
+  require_known(c);
+  KernelSource src;
+  src.name = "m3_v1_scan[C=" + std::to_string(c.chunk) + ",S<=" +
+             (bucket > 0 ? std::to_string(bucket) : std::string("any")) + "]";
+  src.code = "#include \"m3_v1_scan.cuh\"\n";
+  src.options = dims_options(c);
+  src.options.push_back("-DM3_SEQ_BUCKET=" + std::to_string(bucket));
+  src.arch = arch;
+  return src;
+}
+
+KernelSource v1_reduce_source(const OpConfig& c, const std::string& arch) {
+  require_known(c);
+  KernelSource src;
+  src.name = "m3_v1_reduce";
+  src.code = "#include \"m3_v1_reduce.cuh\"\n";
+  src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
+  src.arch = arch;
+  return src;
+}
+
+std::size_t v1_scan_smem_bytes(const OpConfig& c) {
+  const M3V1Layout l = m3_v1_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads);
+  return static_cast<std::size_t>(l.total) * sizeof(float);
+}
+
 std::vector<KernelSource> all_specializations(const std::string& arch) {
+  std::vector<KernelSource> all;
   KernelSource smoke;
   smoke.name = "smoke";
   smoke.code = "#include \"m3_smoke.cuh\"\n";
   smoke.arch = arch;
-  return {smoke};
+  all.push_back(smoke);
+  for (const auto& c : known_configs()) {
+    for (int b : kBuckets) all.push_back(v1_scan_source(c, b, arch));
+    all.push_back(v1_reduce_source(c, arch));
+  }
+  return all;
 }
 
 }  // namespace mamba3_jit

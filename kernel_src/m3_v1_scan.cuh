@@ -1,0 +1,647 @@
+// v1: one CTA per (sequence, head) walks the sequence's chunks forward, then backward, in fp32 on
+// the CUDA cores. Simple and exact rather than fast: it is the correctness baseline that later
+// tensor-core versions are checked against.
+//
+// Forward, chunk j = [a, a+len): outputs, dz (the gate gradient needs only y and dout), and the
+// state entering the chunk, saved for the backward. Backward, chunks in reverse with dS: every
+// per-token gradient of the chunk, with the sequence-long reverse cumsums (dadt, Phi) and the
+// one-token shift of the dt/trap terms carried from chunk to chunk.
+//
+// Specialisation: M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET (S rounded up to a bucket,
+// 0 = any S). Head count and lengths are run-time values.
+#pragma once
+
+#include "m3_common.cuh"
+
+#if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
+    !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET)
+#error "m3_v1_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS and M3_SEQ_BUCKET"
+#endif
+
+namespace m3v1 {
+
+constexpr int C = M3_CHUNK;
+constexpr int N = M3_N;
+constexpr int P = M3_P;
+constexpr int A = M3_A;
+constexpr int NT = M3_THREADS;
+constexpr int NW = NT / 32;
+constexpr int LDN = N + 1;
+constexpr int LDP = P + 1;
+constexpr int LDC = C + 1;
+constexpr int NPAIR = N / 2;
+constexpr M3V1Layout L = m3_v1_layout(C, N, P, A, NT);
+
+static_assert(C % 32 == 0 && C <= 64, "chunk must be 32 or 64");
+static_assert(N % 64 == 0 && 2 * A <= N && A <= 32, "head dims out of the supported family");
+static_assert(NT == 256, "tiles are laid out for 256 threads");
+
+struct Smem {
+  float* qr;
+  float* kr;
+  float* v;
+  float* dy;
+  float* st;
+  float* ds;
+  float* m;
+  float* x;
+  float* t1;
+  float* t2;
+  float* phi;
+  float* th;
+  float* dphi;
+  float* vec;
+  float* red;
+  M3_DEV float* vv(int which) { return vec + which * C; }
+  M3_DEV float* phi_carry() { return vec + kVecCount * C; }
+  M3_DEV float* big_phi_carry() { return vec + kVecCount * C + A; }
+  M3_DEV float* scalars() { return vec + kVecCount * C + 2 * A; }
+};
+
+M3_DEV Smem carve(float* base) {
+  Smem s;
+  s.qr = base + L.qr;
+  s.kr = base + L.kr;
+  s.v = base + L.v;
+  s.dy = base + L.dy;
+  s.st = base + L.st;
+  s.ds = base + L.ds;
+  s.m = base + L.m;
+  s.x = base + L.x;
+  s.t1 = base + L.t1;
+  s.t2 = base + L.t2;
+  s.phi = base + L.phi;
+  s.th = base + L.th;
+  s.dphi = base + L.dphi;
+  s.vec = base + L.vec;
+  s.red = base + L.red;
+  return s;
+}
+
+// Where one (sequence, head) lives.
+struct SeqHead {
+  int h;
+  int seq;
+  int start;        // first token in the packed layout
+  int len;          // tokens in the sequence
+  int chunk_base;   // index of its first chunk among all chunks of all sequences
+};
+
+M3_DEV SeqHead locate(const M3Params& p) {
+  SeqHead sh;
+  sh.h = blockIdx.x;
+  sh.seq = blockIdx.y;
+  sh.start = p.cu_seqlens[sh.seq];
+  sh.len = p.cu_seqlens[sh.seq + 1] - sh.start;
+  int base = 0;
+#if M3_SEQ_BUCKET > 0
+#pragma unroll
+  for (int i = 0; i < M3_SEQ_BUCKET; ++i) {
+    if (i < sh.seq) base += (p.cu_seqlens[i + 1] - p.cu_seqlens[i] + C - 1) / C;
+  }
+#else
+  for (int i = 0; i < sh.seq; ++i) base += (p.cu_seqlens[i + 1] - p.cu_seqlens[i] + C - 1) / C;
+#endif
+  sh.chunk_base = base;
+  return sh;
+}
+
+// Loads one chunk and rebuilds everything per token that both walks need: the decays, the
+// trapezoid weights, the angles and the rotated, biased q and k rows of this head.
+M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
+  const int tid = threadIdx.x;
+  const int H = p.H;
+  const int T = p.T;
+  if (tid < C) {
+    const int t = tid;
+    float adt = 0.f, dt = 0.f, pt = 0.f, gam = 0.f;
+    if (t < len) {
+      const int tg = sh.start + a + t;
+      adt = p.adt[sh.h * T + tg];
+      dt = p.dt[sh.h * T + tg];
+      pt = sigmoidf(bf2f(p.trap[sh.h * T + tg]));
+      if (a + t + 1 < sh.len) {
+        gam = p.dt[sh.h * T + tg + 1] * (1.f - sigmoidf(bf2f(p.trap[sh.h * T + tg + 1])));
+      }
+    }
+    s.vv(kVecDt)[t] = dt;
+    s.vv(kVecP)[t] = pt;
+    s.vv(kVecGam)[t] = gam;
+    s.vv(kVecSc)[t] = dt * pt + gam;
+    s.vv(kVecCl)[t] = adt;
+  }
+  __syncthreads();
+  // Chunk-local cumsum of adt: decays are differences of it, so keeping it local keeps them exact.
+  if (tid < 32) {
+    float carry = 0.f;
+#pragma unroll
+    for (int base = 0; base < C; base += 32) {
+      float x = warp_inclusive_scan(s.vv(kVecCl)[base + tid]) + carry;
+      s.vv(kVecCl)[base + tid] = x;
+      carry = __shfl_sync(0xffffffffu, x, 31);
+    }
+  }
+  // Angle sums: one thread per angle index, sequential over the chunk's tokens, in fp32.
+  if (tid >= 32 && tid < 32 + A) {
+    const int i = tid - 32;
+    float run = s.phi_carry()[i];
+    for (int t = 0; t < C; ++t) {
+      float th = 0.f;
+      if (t < len) {
+        const int tg = sh.start + a + t;
+        th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
+        run = fmaf(th, s.vv(kVecDt)[t], run);
+      }
+      s.th[t * A + i] = th;
+      s.phi[t * A + i] = (t < len) ? run : 0.f;
+    }
+  }
+  __syncthreads();
+  if (tid < C) {
+    const int t = tid;
+    const float* cl = s.vv(kVecCl);
+    s.vv(kVecE)[t] = expf(cl[t]);
+    s.vv(kVecWb)[t] = (t < len) ? expf(cl[len - 1] - cl[t]) : 0.f;
+  }
+  // q/k rows: a warp per token, a lane per rotary pair.
+  const int warp = tid >> 5, lane = tid & 31;
+  for (int t = warp; t < C; t += NW) {
+    float raw = 0.f;
+    const int tg = sh.start + a + t;
+#pragma unroll
+    for (int m = 0; m < NPAIR / 32; ++m) {
+      const int i2 = lane + 32 * m;
+      const int n0 = 2 * i2, n1 = n0 + 1;
+      float q0 = 0.f, q1 = 0.f, k0 = 0.f, k1 = 0.f;
+      if (t < len) {
+        q0 = bf2f(p.q[static_cast<long long>(tg) * N + n0]) + p.q_bias[sh.h * N + n0];
+        q1 = bf2f(p.q[static_cast<long long>(tg) * N + n1]) + p.q_bias[sh.h * N + n1];
+        k0 = bf2f(p.k[static_cast<long long>(tg) * N + n0]) + p.k_bias[sh.h * N + n0];
+        k1 = bf2f(p.k[static_cast<long long>(tg) * N + n1]) + p.k_bias[sh.h * N + n1];
+        raw = fmaf(q0, k0, fmaf(q1, k1, raw));
+        if (i2 < A) {
+          float sn, cs;
+          sincosf(s.phi[t * A + i2], &sn, &cs);
+          const float rq0 = q0 * cs - q1 * sn, rq1 = q0 * sn + q1 * cs;
+          const float rk0 = k0 * cs - k1 * sn, rk1 = k0 * sn + k1 * cs;
+          q0 = rq0; q1 = rq1; k0 = rk0; k1 = rk1;
+        }
+      }
+      s.qr[t * LDN + n0] = q0;
+      s.qr[t * LDN + n1] = q1;
+      s.kr[t * LDN + n0] = k0;
+      s.kr[t * LDN + n1] = k1;
+    }
+    raw = warp_sum(raw);
+    if (lane == 0) s.vv(kVecQkRaw)[t] = raw;
+  }
+  for (int e = tid; e < C * P; e += NT) {
+    const int t = e / P, pp = e % P;
+    float val = 0.f;
+    if (t < len) {
+      const int tg = sh.start + a + t;
+      val = bf2f(p.v[(static_cast<long long>(tg) * H + sh.h) * P + pp]);
+    }
+    s.v[t * LDP + pp] = val;
+  }
+  __syncthreads();
+}
+
+// M[t][s] = exp(c[t] - c[s]) * (qr[t] . ks[s]) on s <= t < len, else 0.
+M3_DEV void build_mixing(Smem& s, int len) {
+  RegTile<C, C, C / 16, C / 16, NT> tile;
+  tile.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
+                       [&](int k, int c) { return s.kr[c * LDN + k]; });
+  const float* cl = s.vv(kVecCl);
+  const float* sc = s.vv(kVecSc);
+  tile.for_each([&](int r, int c, float acc) {
+    s.m[r * LDC + c] = (c <= r && r < len) ? expf(cl[r] - cl[c]) * sc[c] * acc : 0.f;
+  });
+  __syncthreads();
+}
+
+M3_DEV float wrap_angle(float x) { return x - kM3TwoPi * floorf(x / kM3TwoPi); }
+
+M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len) {
+  const int H = p.H;
+  const int chunk = sh.chunk_base + j;
+  // The angle sum entering the chunk, for the backward walk.
+  if (threadIdx.x < A) {
+    p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + threadIdx.x] = s.phi_carry()[threadIdx.x];
+  }
+  load_chunk(p, sh, s, a, len);
+  build_mixing(s, len);
+
+  const float dh = p.d[sh.h];
+  const float* e = s.vv(kVecE);
+  {
+    RegTile<C, P, C / 16, 4, NT> intra, inter;
+    intra.template mac<C>([&](int r, int k) { return s.m[r * LDC + k]; },
+                          [&](int k, int c) { return s.v[k * LDP + c]; });
+    inter.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
+                          [&](int k, int c) { return s.st[c * LDN + k]; });
+    const float* qkraw = s.vv(kVecQkRaw);
+    const float* gam = s.vv(kVecGam);
+#pragma unroll
+    for (int i = 0; i < C / 16; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int r = intra.row(i), c = intra.col(jj);
+        if (r < len) {
+          const float y = intra.acc[i][jj] + e[r] * inter.acc[i][jj] +
+                          (dh - qkraw[r] * gam[r]) * s.v[r * LDP + c];
+          const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
+          const float zz = bf2f(p.z[idx]);
+          const float sg = sigmoidf(zz);
+          p.output[idx] = f2bf(y * zz * sg);
+          p.dz[idx] = f2bf(bf2f(p.dout[idx]) * y * sg * (1.f + zz * (1.f - sg)));
+        }
+      }
+    }
+  }
+  __syncthreads();
+  // Save the entering state, then S <- alpha S + sum_s wb[s] v[s] ks[s]^T.
+  {
+    const float alpha = e[len - 1];
+    const float* wb = s.vv(kVecWb);
+    const float* sc = s.vv(kVecSc);
+    RegTile<P, N, 4, 8, NT> upd;
+    upd.template mac<C>([&](int r, int k) { return s.v[k * LDP + r]; },
+                        [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
+    float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
+    upd.for_each([&](int r, int c, float acc) {
+      const float old = s.st[r * LDN + c];
+      saved[r * N + c] = old;
+      s.st[r * LDN + c] = alpha * old + acc;
+    });
+  }
+  if (threadIdx.x < A) {
+    s.phi_carry()[threadIdx.x] = wrap_angle(s.phi[(len - 1) * A + threadIdx.x]);
+  }
+  __syncthreads();
+}
+
+// Carried between backward chunks by thread 0.
+struct BackwardCarry {
+  float dadt_run;     // sum of dc over the tokens after this chunk
+  float dc_pending;   // dc of the previous chunk's last token, from this chunk's boundary terms
+  float ddt_first;    // ddt of the first token of the chunk processed last, minus its shift term
+  float dp_first;     // likewise for dp
+  float dd_sum;       // sum of dy . v
+};
+
+M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len,
+                           bool last_chunk, BackwardCarry& bc, float (&qb)[NPAIR / 32][2],
+                           float (&kb)[NPAIR / 32][2]) {
+  const int H = p.H;
+  const int T = p.T;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int chunk = sh.chunk_base + j;
+  if (tid < A) {
+    s.phi_carry()[tid] = p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + tid];
+  }
+  __syncthreads();
+  load_chunk(p, sh, s, a, len);
+  {
+    const float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
+    for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = saved[e];
+    for (int e = tid; e < C * P; e += NT) {
+      const int t = e / P, c = e % P;
+      float val = 0.f;
+      if (t < len) {
+        const long long idx = (static_cast<long long>(sh.start + a + t) * H + sh.h) * P + c;
+        const float zz = bf2f(p.z[idx]);
+        val = bf2f(p.dout[idx]) * zz * sigmoidf(zz);
+      }
+      s.dy[t * LDP + c] = val;
+    }
+  }
+  build_mixing(s, len);  // ends with a barrier, which also covers st and dy
+
+  const float* cl = s.vv(kVecCl);
+  const float* e = s.vv(kVecE);
+  const float* wb = s.vv(kVecWb);
+  const float* sc = s.vv(kVecSc);
+  const float* gam = s.vv(kVecGam);
+  const float* qkraw = s.vv(kVecQkRaw);
+  const float dh = p.d[sh.h];
+
+  // dM[t][s] = dy[t] . v[s] on the causal part.
+  {
+    RegTile<C, C, C / 16, C / 16, NT> dm;
+    dm.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+                       [&](int k, int c) { return s.v[c * LDP + k]; });
+    dm.for_each([&](int r, int c, float acc) {
+      s.x[r * LDC + c] = (c <= r && r < len) ? acc : 0.f;
+    });
+  }
+  __syncthreads();
+  // dc from the intra-chunk decays: row sums minus column sums of G = dM * M.
+  if (tid < C) {
+    float rg = 0.f, cg = 0.f;
+    for (int u = 0; u < C; ++u) {
+      rg = fmaf(s.x[tid * LDC + u], s.m[tid * LDC + u], rg);
+      cg = fmaf(s.x[u * LDC + tid], s.m[u * LDC + tid], cg);
+    }
+    s.vv(kVecRowG)[tid] = rg;
+    s.vv(kVecColG)[tid] = cg;
+  }
+  __syncthreads();
+  for (int el = tid; el < C * C; el += NT) {
+    const int r = el / C, c = el % C;
+    if (c <= r && r < len) s.x[r * LDC + c] *= expf(cl[r] - cl[c]);
+  }
+  // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
+  {
+    RegTile<C, P, C / 16, 4, NT> stp, intra;
+    stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
+                        [&](int k, int c) { return s.ds[c * LDN + k]; });
+    intra.template mac<C>([&](int r, int k) { return s.m[k * LDC + r]; },
+                          [&](int k, int c) { return s.dy[k * LDP + c]; });
+#pragma unroll
+    for (int i = 0; i < C / 16; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int r = stp.row(i), c = stp.col(jj);
+        const float sp = wb[r] * sc[r] * stp.acc[i][jj];
+        s.t1[r * LDN + c] = sp;
+        if (r < len) {
+          const int tg = sh.start + a + r;
+          float dv = intra.acc[i][jj] + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
+          if (a + r == sh.len - 1) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
+          p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int t = warp; t < C; t += NW) {
+    float xs = 0.f, dyv = 0.f;
+    for (int c = lane; c < P; c += 32) {
+      xs = fmaf(s.v[t * LDP + c], s.t1[t * LDN + c], xs);
+      dyv = fmaf(s.dy[t * LDP + c], s.v[t * LDP + c], dyv);
+    }
+    xs = warp_sum(xs);
+    dyv = warp_sum(dyv);
+    if (lane == 0) {
+      s.vv(kVecXs)[t] = xs;
+      s.vv(kVecDyv)[t] = dyv;
+    }
+  }
+  __syncthreads();
+  // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
+  {
+    RegTile<C, N, C / 16, 8, NT> inter, intra;
+    inter.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+                          [&](int k, int c) { return s.st[k * LDN + c]; });
+    intra.template mac<C>([&](int r, int k) { return s.x[r * LDC + k]; },
+                          [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
+#pragma unroll
+    for (int i = 0; i < C / 16; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int r = inter.row(i), c = inter.col(jj);
+        const float ip = e[r] * inter.acc[i][jj];
+        s.t2[r * LDN + c] = ip;
+        s.t1[r * LDN + c] = ip + intra.acc[i][jj];
+      }
+    }
+  }
+  __syncthreads();
+  for (int t = warp; t < C; t += NW) {
+    float u = 0.f;
+    for (int c = lane; c < N; c += 32) u = fmaf(s.qr[t * LDN + c], s.t2[t * LDN + c], u);
+    u = warp_sum(u);
+    if (lane == 0) s.vv(kVecU)[t] = u;
+  }
+  __syncthreads();
+  // dks into t2.
+  {
+    RegTile<C, N, C / 16, 8, NT> intra, stp;
+    intra.template mac<C>([&](int r, int k) { return s.x[k * LDC + r]; },
+                          [&](int k, int c) { return s.qr[k * LDN + c]; });
+    stp.template mac<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+                        [&](int k, int c) { return s.ds[k * LDN + c]; });
+#pragma unroll
+    for (int i = 0; i < C / 16; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int r = intra.row(i), c = intra.col(jj);
+        s.t2[r * LDN + c] = intra.acc[i][jj] + wb[r] * stp.acc[i][jj];
+      }
+    }
+  }
+  __syncthreads();
+  // dS <- alpha dS + sum_t e[t] dy[t] qr[t]^T, and da = alpha <dS, S_j> on the way.
+  float da;
+  {
+    const float alpha = e[len - 1];
+    RegTile<P, N, 4, 8, NT> upd;
+    upd.template mac<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
+                        [&](int k, int c) { return s.qr[k * LDN + c]; });
+    float part = 0.f;
+    upd.for_each([&](int r, int c, float acc) {
+      const float old = s.ds[r * LDN + c];
+      part = fmaf(old, s.st[r * LDN + c], part);
+      s.ds[r * LDN + c] = alpha * old + acc;
+    });
+    da = alpha * block_sum<NT>(part, s.red);
+  }
+  // Per-token epilogue: a warp per token, a lane per rotary pair.
+  for (int t = warp; t < len; t += NW) {
+    const int tg = sh.start + a + t;
+    const bool last_token = (a + t == sh.len - 1);
+    const float dqk = -s.vv(kVecDyv)[t];
+    const float g = dqk * gam[t];
+    float dsc = 0.f;
+#pragma unroll
+    for (int m = 0; m < NPAIR / 32; ++m) {
+      const int i2 = lane + 32 * m;
+      const int n0 = 2 * i2, n1 = n0 + 1;
+      const float dqr0 = s.t1[t * LDN + n0], dqr1 = s.t1[t * LDN + n1];
+      const float dks0 = s.t2[t * LDN + n0], dks1 = s.t2[t * LDN + n1];
+      const float kr0 = s.kr[t * LDN + n0], kr1 = s.kr[t * LDN + n1];
+      const float qr0 = s.qr[t * LDN + n0], qr1 = s.qr[t * LDN + n1];
+      dsc = fmaf(dks0, kr0, fmaf(dks1, kr1, dsc));
+      float dkr0 = sc[t] * dks0, dkr1 = sc[t] * dks1;
+      if (last_token) {
+        dkr0 += p.dfinal_k[(sh.seq * H + sh.h) * N + n0];
+        dkr1 += p.dfinal_k[(sh.seq * H + sh.h) * N + n1];
+      }
+      float uq0 = dqr0, uq1 = dqr1, uk0 = dkr0, uk1 = dkr1;
+      if (i2 < A) {
+        s.dphi[t * A + i2] = qr0 * dqr1 - qr1 * dqr0 + kr0 * dkr1 - kr1 * dkr0;
+        float sn, cs;
+        sincosf(s.phi[t * A + i2], &sn, &cs);
+        uq0 = dqr0 * cs + dqr1 * sn;
+        uq1 = -dqr0 * sn + dqr1 * cs;
+        uk0 = dkr0 * cs + dkr1 * sn;
+        uk1 = -dkr0 * sn + dkr1 * cs;
+      }
+      const float qh0 = bf2f(p.q[static_cast<long long>(tg) * N + n0]) + p.q_bias[sh.h * N + n0];
+      const float qh1 = bf2f(p.q[static_cast<long long>(tg) * N + n1]) + p.q_bias[sh.h * N + n1];
+      const float kh0 = bf2f(p.k[static_cast<long long>(tg) * N + n0]) + p.k_bias[sh.h * N + n0];
+      const float kh1 = bf2f(p.k[static_cast<long long>(tg) * N + n1]) + p.k_bias[sh.h * N + n1];
+      const float dqh0 = fmaf(g, kh0, uq0), dqh1 = fmaf(g, kh1, uq1);
+      const float dkh0 = fmaf(g, qh0, uk0), dkh1 = fmaf(g, qh1, uk1);
+      const long long base = (static_cast<long long>(tg) * H + sh.h) * N;
+      p.ws_dqh[base + n0] = dqh0;
+      p.ws_dqh[base + n1] = dqh1;
+      p.ws_dkh[base + n0] = dkh0;
+      p.ws_dkh[base + n1] = dkh1;
+      qb[m][0] += dqh0;
+      qb[m][1] += dqh1;
+      kb[m][0] += dkh0;
+      kb[m][1] += dkh1;
+    }
+    dsc = warp_sum(dsc);
+    if (lane == 0) s.vv(kVecDsc)[t] = dsc;
+  }
+  __syncthreads();
+  // Phi = reverse cumsum of dphi, carried across chunks; dangles follows from it.
+  if (tid < A) {
+    const int i = tid;
+    float run = s.big_phi_carry()[i];
+    for (int t = len - 1; t >= 0; --t) {
+      const int tg = sh.start + a + t;
+      run += s.dphi[t * A + i];
+      if (a + t == sh.len - 1) run += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
+      s.dphi[t * A + i] = run;
+      const float th = s.th[t * A + i];
+      const float tnh = th / kM3Pi;
+      p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
+          f2bf(run * s.vv(kVecDt)[t] * kM3Pi * (1.f - tnh * tnh));
+    }
+    s.big_phi_carry()[i] = run;
+  }
+  __syncthreads();
+  if (tid < len) {
+    float ang = 0.f;
+    for (int i = 0; i < A; ++i) ang = fmaf(s.dphi[tid * A + i], s.th[tid * A + i], ang);
+    s.vv(kVecAng)[tid] = ang;
+  }
+  __syncthreads();
+  // Scalars per token, in reverse order on one thread: dadt's reverse cumsum and the one-token
+  // shift of the gamma terms onto dt and trap.
+  if (tid == 0) {
+    const float* xs = s.vv(kVecXs);
+    const float* uu = s.vv(kVecU);
+    const float* rg = s.vv(kVecRowG);
+    const float* cg = s.vv(kVecColG);
+    const float* dsc = s.vv(kVecDsc);
+    const float* ang = s.vv(kVecAng);
+    const float* pv = s.vv(kVecP);
+    const float* dtv = s.vv(kVecDt);
+    const float* dyv = s.vv(kVecDyv);
+    float sum_x = 0.f, sum_u = 0.f;
+    for (int t = 0; t < len; ++t) {
+      sum_x += xs[t];
+      sum_u += uu[t];
+      bc.dd_sum += dyv[t];
+    }
+    // The first token of the chunk after this one still waits for dgam of our last token.
+    const float dgam_last = -dyv[len - 1] * qkraw[len - 1] + dsc[len - 1];
+    if (!last_chunk) {
+      const int tg = sh.start + a + len;
+      const float pn = sigmoidf(bf2f(p.trap[sh.h * T + tg]));
+      const float dtn = p.dt[sh.h * T + tg];
+      const float ddt = bc.ddt_first + dgam_last * (1.f - pn);
+      const float dp = bc.dp_first - dgam_last * dtn;
+      p.ddt[sh.h * T + tg] = ddt;
+      p.dtrap[sh.h * T + tg] = f2bf(dp * pn * (1.f - pn));
+    }
+    for (int t = len - 1; t >= 0; --t) {
+      const int tg = sh.start + a + t;
+      float dc = rg[t] - cg[t] + uu[t] - xs[t];
+      if (t == len - 1) dc += sum_x + da + bc.dc_pending;
+      bc.dadt_run += dc;
+      p.dadt[sh.h * T + tg] = bc.dadt_run;
+      float ddt = dsc[t] * pv[t] + ang[t];
+      float dp = dsc[t] * dtv[t];
+      if (t > 0) {
+        const float dgam_prev = -dyv[t - 1] * qkraw[t - 1] + dsc[t - 1];
+        ddt += dgam_prev * (1.f - pv[t]);
+        dp -= dgam_prev * dtv[t];
+      }
+      if (t > 0 || a == 0) {
+        p.ddt[sh.h * T + tg] = ddt;
+        p.dtrap[sh.h * T + tg] = f2bf(dp * pv[t] * (1.f - pv[t]));
+      } else {
+        bc.ddt_first = ddt;
+        bc.dp_first = dp;
+      }
+    }
+    bc.dc_pending = -da - sum_u;
+  }
+  __syncthreads();
+}
+
+}  // namespace m3v1
+
+extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
+    m3_v1_scan(const M3Params p) {
+  using namespace m3v1;
+  extern __shared__ float4 smem_raw[];
+  Smem s = carve(reinterpret_cast<float*>(smem_raw));
+  const SeqHead sh = locate(p);
+  const int H = p.H;
+  const int tid = threadIdx.x;
+  const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
+
+  // Forward walk.
+  for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
+  if (tid < A) s.phi_carry()[tid] = 0.f;
+  __syncthreads();
+  const int nchunks = (sh.len + C - 1) / C;
+  for (int j = 0; j < nchunks; ++j) {
+    const int a = j * C;
+    forward_chunk(p, sh, s, j, a, min(C, sh.len - a));
+  }
+  // Final states; an empty sequence leaves them zero.
+  for (int e = tid; e < P * N; e += NT) p.final_ssm[sh_row * P * N + e] = s.st[(e / N) * LDN + (e % N)];
+  if (tid < A) {
+    p.final_angle[sh_row * A + tid] =
+        f2bf(sh.len > 0 ? s.phi_carry()[tid] : 0.f);
+  }
+  if (tid < N) {
+    const int lt = (sh.len - 1) % C;
+    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[lt * LDN + tid] : 0.f;
+  }
+  if (tid < P) {
+    p.final_v[sh_row * P + tid] =
+        sh.len > 0 ? p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid]
+                   : static_cast<m3_bf16>(0);
+  }
+  __syncthreads();
+
+  // Backward walk.
+  for (int e = tid; e < P * N; e += NT) s.ds[(e / N) * LDN + (e % N)] = p.dfinal_ssm[sh_row * P * N + e];
+  if (tid < A) s.big_phi_carry()[tid] = 0.f;
+  BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
+  float qb[NPAIR / 32][2] = {}, kb[NPAIR / 32][2] = {};
+  __syncthreads();
+  for (int j = nchunks - 1; j >= 0; --j) {
+    const int a = j * C;
+    backward_chunk(p, sh, s, j, a, min(C, sh.len - a), j == nchunks - 1, bc, qb, kb);
+  }
+  // Per-(sequence, head) partial sums of the bias and skip gradients, reduced over warps in a
+  // fixed order.
+  const int warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int m = 0; m < NPAIR / 32; ++m) {
+    const int n0 = 2 * (lane + 32 * m);
+    s.t1[warp * 2 * N + n0] = qb[m][0];
+    s.t1[warp * 2 * N + n0 + 1] = qb[m][1];
+    s.t1[warp * 2 * N + N + n0] = kb[m][0];
+    s.t1[warp * 2 * N + N + n0 + 1] = kb[m][1];
+  }
+  __syncthreads();
+  float* part = p.ws_partial + sh_row * (2 * N + 1);
+  for (int c = tid; c < 2 * N; c += NT) {
+    float acc = 0.f;
+    for (int w = 0; w < NW; ++w) acc += s.t1[w * 2 * N + c];
+    part[c] = acc;
+  }
+  if (tid == 0) part[2 * N] = bc.dd_sum;
+}

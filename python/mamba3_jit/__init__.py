@@ -1,0 +1,47 @@
+"""mamba3-jit: a fused CUDA forward + VJP operator for packed variable-length Mamba-3 SISO layers.
+
+The native library is loaded on first use, so `import mamba3_jit` (and its `reference` module)
+works on machines without a GPU or a build.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Union
+
+import torch
+
+from . import _native
+
+__all__ = ["mamba3_siso_varlen_joint_states_full_vjp", "validate", "specializations", "config_string"]
+
+ConfigLike = Optional[Union[str, Mapping[str, object]]]
+
+
+def config_string(config: ConfigLike) -> str:
+    """Turns a solver's config dict into the operator's "key=value,..." form."""
+    if config is None:
+        return ""
+    if isinstance(config, str):
+        return config
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def mamba3_siso_varlen_joint_states_full_vjp(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
+        dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, *, config: ConfigLike = None):
+    """Forward and full VJP in one call; returns the 16 tensors of SPEC section 1, in order."""
+    _native.load()
+    return tuple(torch.ops.mamba3_jit.fwd_vjp(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
+        dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, config_string(config)))
+
+
+def validate(*args, require_cuda: bool = True) -> None:
+    """Runs only the argument checks of the operator (no GPU needed with require_cuda=False)."""
+    _native.load()
+    torch.ops.mamba3_jit.validate(*args, require_cuda)
+
+
+def specializations(arch: str = "") -> list:
+    """Names of every kernel specialisation the dispatcher can request."""
+    _native.load()
+    return list(torch.ops.mamba3_jit.specializations(arch))

@@ -1,0 +1,180 @@
+// The torch operator: torch.ops.mamba3_jit.fwd_vjp runs the forward and the full VJP in one call
+// on the current CUDA stream; torch.ops.mamba3_jit.validate runs only the argument checks.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <stdexcept>
+
+#include "../kernel_src/m3_params.cuh"
+#include "jit.h"
+#include "kernel_registry.h"
+#include "torch_validate.h"
+
+namespace mamba3_jit {
+namespace {
+
+template <class T>
+T* ptr(const at::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+// Fetches a kernel, refusing JIT work while the stream is being captured into a CUDA graph:
+// compiling or loading a module there would break the capture.
+const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned smem) {
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None &&
+      !kernel_is_ready(src, fn)) {
+    throw std::runtime_error("mamba3_jit: kernel " + src.name +
+                             " is not loaded yet and the current stream is capturing a CUDA graph; "
+                             "call the operator once with the same shapes before capture");
+  }
+  return load_kernel(src, fn, smem);
+}
+
+std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
+                                const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias,
+                                const at::Tensor& k_bias, const at::Tensor& angles, const at::Tensor& d,
+                                const at::Tensor& z, const at::Tensor& cu_seqlens, const at::Tensor& dout,
+                                const at::Tensor& dfinal_angle, const at::Tensor& dfinal_ssm,
+                                const at::Tensor& dfinal_k, const at::Tensor& dfinal_v, c10::string_view config_text) {
+  OpConfig config;
+  try {
+    config = parse_op_config(std::string(config_text));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  const Problem pb = validate_arguments({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
+                                         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v},
+                                        /*require_cuda=*/true);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const auto f32 = q.options().dtype(at::kFloat);
+  const auto b16 = q.options().dtype(at::kBFloat16);
+  const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
+
+  at::Tensor output = at::empty({1, T, H, P}, b16);
+  at::Tensor final_angle = at::empty({S, H, A}, b16);
+  at::Tensor final_ssm = at::empty({S, H, P, N}, f32);
+  at::Tensor final_k = at::empty({S, H, N}, f32);
+  at::Tensor final_v = at::empty({S, H, P}, b16);
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  at::Tensor dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
+  at::Tensor dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
+  at::Tensor dangles = at::empty_like(angles), dd = at::empty_like(d), dz = at::empty_like(z);
+
+  // Chunks never exceed S + T / chunk, so the workspace size needs no per-sequence host logic.
+  int64_t total_chunks = 0;
+  for (int64_t i = 0; i < S; ++i) total_chunks += (pb.cu_seqlens[i + 1] - pb.cu_seqlens[i] + config.chunk - 1) / config.chunk;
+  at::Tensor ws_states = at::empty({std::max<int64_t>(total_chunks, 1), H, P, N}, f32);
+  at::Tensor ws_phi = at::empty({std::max<int64_t>(total_chunks, 1), H, A}, f32);
+  at::Tensor ws_dqh = at::empty({std::max<int64_t>(T, 1), H, N}, f32);
+  at::Tensor ws_dkh = at::empty({std::max<int64_t>(T, 1), H, N}, f32);
+  at::Tensor ws_partial = at::empty({S, H, 2 * N + 1}, f32);
+
+  M3Params p{};
+  p.q = ptr<const m3_bf16>(q);
+  p.k = ptr<const m3_bf16>(k);
+  p.v = ptr<const m3_bf16>(v);
+  p.adt = ptr<const float>(adt);
+  p.dt = ptr<const float>(dt);
+  p.trap = ptr<const m3_bf16>(trap);
+  p.q_bias = ptr<const float>(q_bias);
+  p.k_bias = ptr<const float>(k_bias);
+  p.angles = ptr<const m3_bf16>(angles);
+  p.d = ptr<const float>(d);
+  p.z = ptr<const m3_bf16>(z);
+  p.cu_seqlens = ptr<const int>(cu_seqlens);
+  p.dout = ptr<const m3_bf16>(dout);
+  p.dfinal_angle = ptr<const m3_bf16>(dfinal_angle);
+  p.dfinal_ssm = ptr<const float>(dfinal_ssm);
+  p.dfinal_k = ptr<const float>(dfinal_k);
+  p.dfinal_v = ptr<const m3_bf16>(dfinal_v);
+  p.output = ptr<m3_bf16>(output);
+  p.final_angle = ptr<m3_bf16>(final_angle);
+  p.final_ssm = ptr<float>(final_ssm);
+  p.final_k = ptr<float>(final_k);
+  p.final_v = ptr<m3_bf16>(final_v);
+  p.dq = ptr<m3_bf16>(dq);
+  p.dk = ptr<m3_bf16>(dk);
+  p.dv = ptr<m3_bf16>(dv);
+  p.dadt = ptr<float>(dadt);
+  p.ddt = ptr<float>(ddt);
+  p.dtrap = ptr<m3_bf16>(dtrap);
+  p.dq_bias = ptr<float>(dq_bias);
+  p.dk_bias = ptr<float>(dk_bias);
+  p.dangles = ptr<m3_bf16>(dangles);
+  p.dd = ptr<float>(dd);
+  p.dz = ptr<m3_bf16>(dz);
+  p.ws_states = ptr<float>(ws_states);
+  p.ws_phi = ptr<float>(ws_phi);
+  p.ws_dqh = ptr<float>(ws_dqh);
+  p.ws_dkh = ptr<float>(ws_dkh);
+  p.ws_partial = ptr<float>(ws_partial);
+  p.T = static_cast<int>(T);
+  p.S = static_cast<int>(S);
+  p.H = static_cast<int>(H);
+
+  const unsigned threads = static_cast<unsigned>(config.threads);
+  const unsigned scan_smem = static_cast<unsigned>(v1_scan_smem_bytes(config));
+  const LoadedKernel& scan =
+      kernel_for(v1_scan_source(config, seq_bucket(S)), "m3_v1_scan", scan_smem);
+  const KernelSource reduce_src = v1_reduce_source(config);
+  const LoadedKernel& reduce_heads = kernel_for(reduce_src, "m3_v1_reduce_heads", 0);
+  const LoadedKernel& reduce_partials = kernel_for(reduce_src, "m3_v1_reduce_partials", 0);
+
+  void* args[] = {&p};
+  LaunchConfig lc;
+  lc.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
+  lc.block[0] = threads;
+  lc.grid[0] = static_cast<unsigned>(H);
+  lc.grid[1] = static_cast<unsigned>(S);
+  lc.dynamic_smem = scan_smem;
+  scan.launch(lc, args);
+  lc.dynamic_smem = 0;
+  if (T > 0) {
+    lc.grid[0] = static_cast<unsigned>((T * N + threads - 1) / threads);
+    lc.grid[1] = 1;
+    reduce_heads.launch(lc, args);
+  }
+  lc.grid[0] = static_cast<unsigned>(H);
+  lc.grid[1] = 1;
+  reduce_partials.launch(lc, args);
+
+  return {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
+          dq_bias, dk_bias, dangles, dd, dz};
+}
+
+void validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
+              const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias, const at::Tensor& k_bias,
+              const at::Tensor& angles, const at::Tensor& d, const at::Tensor& z, const at::Tensor& cu_seqlens,
+              const at::Tensor& dout, const at::Tensor& dfinal_angle, const at::Tensor& dfinal_ssm,
+              const at::Tensor& dfinal_k, const at::Tensor& dfinal_v, bool require_cuda) {
+  validate_arguments({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle,
+                      dfinal_ssm, dfinal_k, dfinal_v},
+                     require_cuda);
+}
+
+std::vector<std::string> specializations(c10::string_view arch) {
+  std::vector<std::string> names;
+  for (const auto& s : all_specializations(std::string(arch))) names.push_back(s.name);
+  return names;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mamba3_jit, m) {
+  m.def(
+      "fwd_vjp(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, Tensor k_bias, "
+      "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, Tensor dfinal_ssm, "
+      "Tensor dfinal_k, Tensor dfinal_v, str config=\"\") -> Tensor[]",
+      &fwd_vjp);
+  m.def(
+      "validate(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, Tensor k_bias, "
+      "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, Tensor dfinal_ssm, "
+      "Tensor dfinal_k, Tensor dfinal_v, bool require_cuda=True) -> ()",
+      &validate);
+  m.def("specializations(str arch=\"\") -> str[]", &specializations);
+}
+
+}  // namespace mamba3_jit

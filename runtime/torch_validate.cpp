@@ -1,0 +1,123 @@
+#include "torch_validate.h"
+
+#include <sstream>
+#include <string>
+
+#include "kernel_registry.h"
+
+namespace mamba3_jit {
+
+const std::array<const char*, kNumArgs> kArgNames = {
+    "q",    "k", "v",          "adt",          "dt",          "trap",     "q_bias",  "k_bias",  "angles",
+    "d",    "z", "cu_seqlens", "dout",         "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v"};
+
+namespace {
+
+enum Arg { kQ, kK, kV, kAdt, kDt, kTrap, kQBias, kKBias, kAngles, kD, kZ, kCu, kDout, kDfa, kDfs, kDfk, kDfv };
+
+std::string shape_str(at::IntArrayRef s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << (s.size() == 1 ? ",)" : ")");
+  return os.str();
+}
+
+// Expected extents; -1 marks one not yet known, filled from the first argument that has it.
+void check_shape(const at::Tensor& t, int arg, const std::vector<int64_t>& expected,
+                 const char* layout) {
+  bool ok = t.dim() == static_cast<int64_t>(expected.size());
+  for (size_t i = 0; ok && i < expected.size(); ++i) ok = t.size(i) == expected[i];
+  TORCH_CHECK_VALUE(ok, "mamba3_jit: argument '", kArgNames[arg], "' expected shape ", layout, " = ",
+                    shape_str(expected), ", got ", shape_str(t.sizes()));
+}
+
+}  // namespace
+
+Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda) {
+  TORCH_CHECK_VALUE(args.size() == kNumArgs, "mamba3_jit: expected ", kNumArgs, " tensor arguments, got ",
+                    args.size());
+  static const at::ScalarType kDtypes[kNumArgs] = {
+      at::kBFloat16, at::kBFloat16, at::kBFloat16, at::kFloat, at::kFloat,    at::kBFloat16,
+      at::kFloat,    at::kFloat,    at::kBFloat16, at::kFloat, at::kBFloat16, at::kInt,
+      at::kBFloat16, at::kBFloat16, at::kFloat,    at::kFloat, at::kBFloat16};
+  for (int i = 0; i < kNumArgs; ++i) {
+    const at::Tensor& t = args[i];
+    TORCH_CHECK_VALUE(t.defined(), "mamba3_jit: argument '", kArgNames[i], "' is an undefined tensor");
+    TORCH_CHECK_TYPE(t.scalar_type() == kDtypes[i], "mamba3_jit: argument '", kArgNames[i], "' expected dtype ",
+                     c10::toString(kDtypes[i]), ", got ", c10::toString(t.scalar_type()));
+  }
+  const at::Device device = args[kQ].device();
+  for (int i = 0; i < kNumArgs; ++i) {
+    const at::Tensor& t = args[i];
+    if (require_cuda) {
+      TORCH_CHECK_VALUE(t.is_cuda(), "mamba3_jit: argument '", kArgNames[i],
+                        "' expected a CUDA tensor, got a tensor on ", t.device().str());
+    }
+    TORCH_CHECK_VALUE(t.device() == device, "mamba3_jit: argument '", kArgNames[i], "' expected device ",
+                      device.str(), " (the device of 'q'), got ", t.device().str());
+    TORCH_CHECK_VALUE(t.is_contiguous(), "mamba3_jit: argument '", kArgNames[i],
+                      "' expected a contiguous tensor, got strides ", shape_str(t.strides()),
+                      " for shape ", shape_str(t.sizes()), "; call .contiguous() first");
+  }
+
+  Problem pb;
+  const at::Tensor& q = args[kQ];
+  TORCH_CHECK_VALUE(q.dim() == 4 && q.size(0) == 1, "mamba3_jit: argument 'q' expected shape (1, T, G, N), got ",
+                    shape_str(q.sizes()));
+  pb.T = q.size(1);
+  pb.N = q.size(3);
+  TORCH_CHECK_VALUE(q.size(2) == 1, "mamba3_jit: argument 'q' expected G = 1 query/key head, got G = ", q.size(2));
+  const at::Tensor& v = args[kV];
+  TORCH_CHECK_VALUE(v.dim() == 4, "mamba3_jit: argument 'v' expected shape (1, T, H, P), got ", shape_str(v.sizes()));
+  pb.H = v.size(2);
+  pb.P = v.size(3);
+  const at::Tensor& angles = args[kAngles];
+  TORCH_CHECK_VALUE(angles.dim() == 4, "mamba3_jit: argument 'angles' expected shape (1, T, H, A), got ",
+                    shape_str(angles.sizes()));
+  pb.A = angles.size(3);
+  const at::Tensor& cu = args[kCu];
+  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 2, "mamba3_jit: argument 'cu_seqlens' expected shape (S+1,) with S >= 1, got ",
+                    shape_str(cu.sizes()));
+  pb.S = cu.size(0) - 1;
+
+  const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
+  check_shape(args[kK], kK, {1, T, 1, N}, "(1, T, 1, N)");
+  check_shape(v, kV, {1, T, H, P}, "(1, T, H, P)");
+  check_shape(args[kAdt], kAdt, {1, H, T}, "(1, H, T)");
+  check_shape(args[kDt], kDt, {1, H, T}, "(1, H, T)");
+  check_shape(args[kTrap], kTrap, {1, H, T}, "(1, H, T)");
+  check_shape(args[kQBias], kQBias, {H, N}, "(H, N)");
+  check_shape(args[kKBias], kKBias, {H, N}, "(H, N)");
+  check_shape(angles, kAngles, {1, T, H, A}, "(1, T, H, A)");
+  check_shape(args[kD], kD, {H}, "(H,)");
+  check_shape(args[kZ], kZ, {1, T, H, P}, "(1, T, H, P)");
+  check_shape(args[kDout], kDout, {1, T, H, P}, "(1, T, H, P)");
+  check_shape(args[kDfa], kDfa, {S, H, A}, "(S, H, A)");
+  check_shape(args[kDfs], kDfs, {S, H, P, N}, "(S, H, P, N)");
+  check_shape(args[kDfk], kDfk, {S, H, N}, "(S, H, N)");
+  check_shape(args[kDfv], kDfv, {S, H, P}, "(S, H, P)");
+
+  TORCH_CHECK_VALUE(N == kSupportedDims.n && P == kSupportedDims.p && A == kSupportedDims.a,
+                    "mamba3_jit: unsupported head dims N=", N, ", P=", P, ", A=", A, "; this build supports N=",
+                    kSupportedDims.n, ", P=", kSupportedDims.p, ", A=", kSupportedDims.a);
+  TORCH_CHECK_VALUE(H >= 1 && H <= 1024, "mamba3_jit: expected 1 <= H <= 1024 value heads, got H = ", H);
+  TORCH_CHECK_VALUE(S <= 65535, "mamba3_jit: at most 65535 sequences are supported, got S = ", S);
+  TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", T);
+
+  const at::Tensor cu_host = cu.is_cuda() ? cu.to(at::kCPU) : cu;
+  const int32_t* c = cu_host.data_ptr<int32_t>();
+  pb.cu_seqlens.assign(c, c + S + 1);
+  TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",
+                    pb.cu_seqlens[0]);
+  for (int64_t i = 0; i < S; ++i) {
+    TORCH_CHECK_VALUE(pb.cu_seqlens[i + 1] >= pb.cu_seqlens[i], "mamba3_jit: argument 'cu_seqlens' must not decrease, got cu_seqlens[",
+                      i, "] = ", pb.cu_seqlens[i], " > cu_seqlens[", i + 1, "] = ", pb.cu_seqlens[i + 1]);
+    pb.max_len = std::max<int64_t>(pb.max_len, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
+  }
+  TORCH_CHECK_VALUE(pb.cu_seqlens[S] == T, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[S] = T = ", T,
+                    ", got ", pb.cu_seqlens[S]);
+  return pb;
+}
+
+}  // namespace mamba3_jit

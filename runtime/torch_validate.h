@@ -1,0 +1,28 @@
+// Argument checking for the operator. Needs no GPU, so CI can exercise every rejection.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace mamba3_jit {
+
+constexpr int kNumArgs = 17;
+extern const std::array<const char*, kNumArgs> kArgNames;
+
+// What the arguments describe, once they are known to be consistent.
+struct Problem {
+  int64_t T = 0, S = 0, H = 0, N = 0, P = 0, A = 0;
+  std::vector<int32_t> cu_seqlens;  // host copy
+  int64_t max_len = 0;
+};
+
+// Checks dtype, shape, device, contiguity and the cu_seqlens values of the 17 arguments, in
+// signature order. Throws c10::TypeError for a wrong dtype and c10::ValueError otherwise, naming
+// the argument, what was expected and what was given. Touches no argument and launches nothing
+// (a CUDA cu_seqlens is read back with one small copy).
+Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda);
+
+}  // namespace mamba3_jit

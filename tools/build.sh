@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Configures and builds mamba3-jit into build/ (the runtime, the tools, the tests and the torch
+# operator library). Where spdlog, fmt or Catch2 are not installed, the Debian packages kept in
+# third_party/debs are unpacked into build/deps and used instead.
+#   tools/build.sh [extra cmake -D options]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MAMBA3_JIT_BUILD_DIR:-$root/build}"
+mkdir -p "$build"
+
+prefix=()
+if ! { [ -f /usr/lib/x86_64-linux-gnu/cmake/spdlog/spdlogConfig.cmake ] || [ -f /usr/lib/cmake/spdlog/spdlogConfig.cmake ]; } ||
+   ! { [ -f /usr/lib/cmake/Catch2/Catch2Config.cmake ] || [ -f /usr/lib/x86_64-linux-gnu/cmake/Catch2/Catch2Config.cmake ]; }; then
+  deps="$build/deps"
+  if [ ! -f "$deps/.unpacked" ]; then
+    echo "build.sh: spdlog/fmt/Catch2 not installed; unpacking third_party/debs into $deps" >&2
+    mkdir -p "$deps"
+    for f in "$root"/third_party/debs/*.deb; do dpkg -x "$f" "$deps"; done
+    touch "$deps/.unpacked"
+  fi
+  prefix=("-DCMAKE_PREFIX_PATH=$deps/usr;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr/lib/cmake")
+fi
+
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$(command -v python3)" "${prefix[@]}" "$@"
+elif [ $# -gt 0 ]; then
+  cmake -S "$root" -B "$build" "$@"
+fi
+cmake --build "$build" -j "$(nproc)"
