@@ -1,0 +1,402 @@
+"""Reference mathematics, input generator, eager baseline and error metrics for the Mamba-3 SISO
+varlen joint-states full-VJP operator.
+
+This module depends on torch and math only, so it can be imported (and tested) on machines that
+have neither a GPU nor the compiled operator library.
+
+- ``make_case``            the case generator (random draws in a fixed order).
+- ``layer_forward``        the differentiable forward: masked quadratic form, one loop over sequences.
+- ``reference_fwd_vjp``    the truth: ``layer_forward`` in float64 plus its VJP by autograd.
+- ``baseline_fwd_vjp``     the frozen eager fp32 baseline (same form in fp32, results cast).
+- ``compare``              the pass/fail metrics for one result against the truth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+ARG_NAMES = (
+    "q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "d", "z",
+    "cu_seqlens", "dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v",
+)
+# The inputs that receive a gradient, in argument (and gradient) order.
+DIFF_ARG_NAMES = ARG_NAMES[:11]
+COTANGENT_NAMES = ARG_NAMES[12:]
+
+FORWARD_NAMES = ("output", "final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
+GRAD_NAMES = ("dq", "dk", "dv", "dadt", "ddt", "dtrap", "dq_bias", "dk_bias", "dangles", "dd", "dz")
+RESULT_NAMES = FORWARD_NAMES + GRAD_NAMES
+
+_BF16, _F32 = torch.bfloat16, torch.float32
+ARG_DTYPES = {
+    "q": _BF16, "k": _BF16, "v": _BF16, "adt": _F32, "dt": _F32, "trap": _BF16,
+    "q_bias": _F32, "k_bias": _F32, "angles": _BF16, "d": _F32, "z": _BF16,
+    "cu_seqlens": torch.int32, "dout": _BF16, "dfinal_angle": _BF16, "dfinal_ssm": _F32,
+    "dfinal_k": _F32, "dfinal_v": _BF16,
+}
+RESULT_DTYPES = {
+    "output": _BF16, "final_angle_state": _BF16, "final_ssm_state": _F32, "final_k_state": _F32,
+    "final_v_state": _BF16,
+    **{"d" + name: ARG_DTYPES[name] for name in DIFF_ARG_NAMES},
+}
+
+# Which dimension of each result indexes tokens (per-token tensors) or sequences (final states);
+# None means the tensor is a sum over all sequences and only the overall error applies.
+TOKEN_DIM = {"output": 1, "dq": 1, "dk": 1, "dv": 1, "dangles": 1, "dz": 1,
+             "dadt": 2, "ddt": 2, "dtrap": 2}
+SEQUENCE_DIM = {"final_angle_state": 0, "final_ssm_state": 0, "final_k_state": 0,
+                "final_v_state": 0}
+GLOBAL_RESULTS = ("dq_bias", "dk_bias", "dd")
+
+FAMILY = {"H": 32, "G": 1, "N": 128, "P": 64, "A": 32}
+TWO_PI = 2.0 * math.pi
+
+REL_L2_TOL = 1e-2
+SEQ_REL_L2_TOL = 2e-2
+
+
+# ------------------------------------------------------------------------------------------------
+# The generator
+# ------------------------------------------------------------------------------------------------
+
+def _rms(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
+
+
+def make_case(seq_lens, seed, device="cpu", *, H=FAMILY["H"], N=FAMILY["N"], P=FAMILY["P"],
+              A=FAMILY["A"]):
+    """Draw the 17 arguments of one case, by name, on ``device``.
+
+    The draws happen on the CPU in float32 in a fixed order, so a (seq_lens, seed) pair names the
+    same random numbers everywhere; changing the order or a dtype changes every case. Only dt (and
+    adt = a * dt) can differ by an ulp between machines, because torch.exp is not correctly
+    rounded and its vector code differs between CPUs and builds.
+    """
+    seq_lens = [int(x) for x in seq_lens]
+    if any(x < 0 for x in seq_lens):
+        raise ValueError(f"negative sequence length in {seq_lens}")
+    if 2 * A > N:
+        raise ValueError(f"need 2A <= N, got A={A}, N={N}")
+    G = FAMILY["G"]
+    T, S = sum(seq_lens), len(seq_lens)
+    g = torch.Generator().manual_seed(int(seed))
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=g, dtype=torch.float32)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float32)
+
+    lo, hi = math.log(0.001), math.log(0.1)
+    dt = torch.exp(rand(1, H, T) * (hi - lo) + lo)
+    a = -(rand(1, H, T) * 15 + 1)
+    q = _rms(randn(1, T, G, N)).to(_BF16)
+    k = _rms(randn(1, T, G, N)).to(_BF16)
+    v = randn(1, T, H, P).to(_BF16)
+    adt = a * dt
+    trap = (rand(1, H, T) * 4 - 2).to(_BF16)
+    q_bias = 0.5 * randn(H, N)
+    k_bias = 0.5 * randn(H, N)
+    angles = randn(1, T, H, A).to(_BF16)
+    d = randn(H)
+    z = randn(1, T, H, P).to(_BF16)
+    cu_seqlens = torch.tensor([0] + seq_lens, dtype=torch.int64).cumsum(0).to(torch.int32)
+    dout = randn(1, T, H, P).to(_BF16)
+    dfinal_angle = randn(S, H, A).to(_BF16)
+    dfinal_ssm = randn(S, H, P, N)
+    dfinal_k = randn(S, H, N)
+    dfinal_v = randn(S, H, P).to(_BF16)
+
+    case = dict(q=q, k=k, v=v, adt=adt, dt=dt, trap=trap, q_bias=q_bias, k_bias=k_bias,
+                angles=angles, d=d, z=z, cu_seqlens=cu_seqlens, dout=dout,
+                dfinal_angle=dfinal_angle, dfinal_ssm=dfinal_ssm, dfinal_k=dfinal_k,
+                dfinal_v=dfinal_v)
+    return {name: case[name].to(device) for name in ARG_NAMES}
+
+
+def case_args(case) -> tuple:
+    """The 17 arguments of a case dict in signature order."""
+    return tuple(case[name] for name in ARG_NAMES)
+
+
+def _as_args(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], dict):
+        return case_args(args[0])
+    if len(args) != len(ARG_NAMES):
+        raise TypeError(f"expected {len(ARG_NAMES)} arguments, got {len(args)}")
+    return tuple(args)
+
+
+def _boundaries(cu_seqlens: torch.Tensor, T: int) -> list:
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    if cu_seqlens.dim() != 1 or len(cu) < 1 or cu[0] != 0 or cu[-1] != T:
+        raise ValueError(f"cu_seqlens must be 1-D, start at 0 and end at T={T}; got {cu}")
+    if any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens must not decrease; got {cu}")
+    return cu
+
+
+# ------------------------------------------------------------------------------------------------
+# The forward (masked quadratic form)
+# ------------------------------------------------------------------------------------------------
+
+def _rotate(x: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (2i, 2i+1), i < A, of the last dim of x by phi[..., i]; other entries pass."""
+    A = phi.shape[-1]
+    pairs = x[..., : 2 * A].unflatten(-1, (A, 2))
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos, sin = torch.cos(phi), torch.sin(phi)
+    rotated = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+    return torch.cat((rotated, x[..., 2 * A:]), dim=-1)
+
+
+def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z):
+    """One non-empty sequence, all heads at once.
+
+    Shapes: q, k (L, G, N); v, z (L, H, P); adt, dt, trap (H, L); angles (L, H, A);
+    q_bias, k_bias (H, N); d (H,). Returns output (L, H, P) and the four final states of the
+    sequence: angle (H, A), ssm (H, P, N), k (H, N), v (H, P).
+    """
+    L, G, N = q.shape
+    H = v.shape[1]
+
+    def per_head(x):  # (L, G, N) -> (H, L, N); expand, so the backward sums over each group
+        return x.unsqueeze(2).expand(L, G, H // G, N).reshape(L, H, N).transpose(0, 1)
+
+    theta = math.pi * torch.tanh(angles.transpose(0, 1))                  # (H, L, A)
+    phi = torch.cumsum(theta * dt.unsqueeze(-1), dim=1)
+    phi = phi - TWO_PI * torch.floor(phi / TWO_PI)                       # floor has zero gradient
+
+    p = torch.sigmoid(trap)                                              # (H, L)
+    gamma = torch.cat((dt[:, 1:] * (1 - p[:, 1:]), dt.new_zeros(H, 1)), dim=1)
+    scale = dt * p + gamma
+
+    qh = per_head(q) + q_bias.unsqueeze(1)                               # (H, L, N)
+    kh = per_head(k) + k_bias.unsqueeze(1)
+    qk = (qh * kh).sum(-1) * gamma                                       # (H, L)
+    qr = _rotate(qh, phi)
+    kr = _rotate(kh, phi)
+    ks = scale.unsqueeze(-1) * kr
+
+    c = torch.cumsum(adt, dim=1)                                         # (H, L)
+    causal = torch.ones(L, L, dtype=torch.bool, device=c.device).tril()
+    # Mask before exp: above the diagonal c[t] - c[s] > 0 can overflow, and inf * 0 is NaN.
+    W = torch.exp((c.unsqueeze(2) - c.unsqueeze(1)).masked_fill(~causal, float("-inf")))
+    M = W * (qr @ ks.transpose(1, 2))                                    # (H, L, L)
+
+    vh = v.transpose(0, 1)                                               # (H, L, P)
+    y = M @ vh + (d.unsqueeze(1) - qk).unsqueeze(-1) * vh
+    zh = z.transpose(0, 1)
+    output = (y * zh * torch.sigmoid(zh)).transpose(0, 1)                # (L, H, P)
+
+    w_last = W[:, -1, :]                                                 # exp(c[L-1] - c[s])
+    final_ssm = (vh * w_last.unsqueeze(-1)).transpose(1, 2) @ ks         # (H, P, N)
+    return output, phi[:, -1], final_ssm, kr[:, -1], v[-1]
+
+
+def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens):
+    """The differentiable forward of SPEC section 2, in the dtype of the given inputs.
+
+    Returns (output, final_angle_state, final_ssm_state, final_k_state, final_v_state).
+    Empty sequences contribute no tokens and all-zero final states (the angle state included).
+    """
+    _, T, G, N = q.shape
+    H, P, A = v.shape[2], v.shape[3], angles.shape[3]
+    if H % G:
+        raise ValueError(f"H={H} is not a multiple of G={G}")
+    if 2 * A > N:
+        raise ValueError(f"need 2A <= N, got A={A}, N={N}")
+    cu = _boundaries(cu_seqlens, T)
+    S = len(cu) - 1
+
+    outputs, fa, fs, fk, fv = [], [], [], [], []
+    for i in range(S):
+        a, b = cu[i], cu[i + 1]
+        if a == b:
+            fa.append(angles.new_zeros(H, A))
+            fs.append(v.new_zeros(H, P, N))
+            fk.append(k.new_zeros(H, N))
+            fv.append(v.new_zeros(H, P))
+            continue
+        o, a_state, s_state, k_state, v_state = _sequence_forward(
+            q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
+            q_bias, k_bias, angles[0, a:b], d, z[0, a:b])
+        outputs.append(o)
+        fa.append(a_state)
+        fs.append(s_state)
+        fk.append(k_state)
+        fv.append(v_state)
+
+    output = torch.cat(outputs, dim=0).unsqueeze(0) if outputs else v.new_zeros(1, 0, H, P)
+
+    def stack(xs, empty_shape, like):
+        return torch.stack(xs) if xs else like.new_zeros(0, *empty_shape)
+
+    return (output, stack(fa, (H, A), angles), stack(fs, (H, P, N), v), stack(fk, (H, N), k),
+            stack(fv, (H, P), v))
+
+
+def _fwd_vjp(args, dtype):
+    args = _as_args(args)
+    named = dict(zip(ARG_NAMES, args))
+    with torch.enable_grad():
+        leaves = [named[n].detach().to(dtype).requires_grad_(True) for n in DIFF_ARG_NAMES]
+        outs = layer_forward(*leaves, named["cu_seqlens"])
+        cots = [named[n].detach().to(dtype) for n in COTANGENT_NAMES]
+        # With only empty sequences nothing depends on the inputs; autograd.grad refuses that.
+        pairs = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
+        if pairs:
+            grads = torch.autograd.grad([o for o, _ in pairs], leaves,
+                                        grad_outputs=[c for _, c in pairs], allow_unused=True)
+        else:
+            grads = [None] * len(leaves)
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves)]
+    return tuple(o.detach() for o in outs) + tuple(grads)
+
+
+def reference_fwd_vjp(*args, dtype=torch.float64):
+    """The truth: forward and full VJP in ``dtype`` (float64) on the given input values.
+
+    Takes the 17 arguments (or one case dict) and returns the 16 results in RESULT_NAMES order,
+    all in ``dtype``, on the inputs' device. final_angle_state is phi[L-1] mod 2pi, in [0, 2pi).
+    """
+    return _fwd_vjp(args, dtype)
+
+
+def baseline_fwd_vjp(*args):
+    """The frozen eager fp32 baseline of SPEC section 6.
+
+    The same masked quadratic form in fp32, one Python loop over sequences, VJP by
+    torch.autograd.grad, results cast to the contract dtypes. The speedup of the solver is
+    measured against this function, so editing ``layer_forward`` changes every score.
+    """
+    results = _fwd_vjp(args, torch.float32)
+    return tuple(r.to(RESULT_DTYPES[n]) for n, r in zip(RESULT_NAMES, results))
+
+
+# ------------------------------------------------------------------------------------------------
+# Metrics
+# ------------------------------------------------------------------------------------------------
+
+def wrap_angle(x: torch.Tensor) -> torch.Tensor:
+    """Map angle differences into [-pi, pi)."""
+    return torch.remainder(x + math.pi, TWO_PI) - math.pi
+
+
+def rel_l2(x: torch.Tensor, truth: torch.Tensor, circular: bool = False):
+    """(error, is_absolute): ||x - truth|| / ||truth|| in float64, or ||x - truth|| when
+    ||truth|| == 0 (a relative error is undefined there, so the absolute one is reported)."""
+    x = x.detach().to(device=truth.device, dtype=torch.float64)
+    t = truth.detach().to(torch.float64)
+    diff = x - t
+    if circular:
+        diff = wrap_angle(diff)
+    num = torch.linalg.vector_norm(diff).item()
+    den = torch.linalg.vector_norm(t).item()
+    if den == 0.0:
+        return num, True
+    return num / den, False
+
+
+def _as_named(results, what):
+    if isinstance(results, dict):
+        missing = [n for n in RESULT_NAMES if n not in results]
+        if missing:
+            raise ValueError(f"{what} lacks {missing}")
+        return [results[n] for n in RESULT_NAMES]
+    results = list(results)
+    if len(results) != len(RESULT_NAMES):
+        raise ValueError(f"{what} has {len(results)} values, expected {len(RESULT_NAMES)}")
+    return results
+
+
+def compare(result, truth, cu_seqlens, *, device=None, tol=REL_L2_TOL, seq_tol=SEQ_REL_L2_TOL,
+            check_dtype=True):
+    """Check one result against the truth with the criteria of SPEC section 4.
+
+    ``result`` and ``truth`` are 16-tuples in RESULT_NAMES order (or dicts by name). The expected
+    device is ``device`` or else that of ``cu_seqlens`` (an input, and results live with the
+    inputs). Returns ``{"ok": bool, "failures": [str], "tensors": {name: {...}}}`` where each
+    tensor entry has rel_l2, worst_seq_rel_l2, worst_seq, absolute / seq_absolute (True where
+    ||truth|| == 0 made the overall error / some sequence's error absolute), dtype_ok, shape_ok,
+    device_ok, finite, ok and reasons.
+    """
+    truth = _as_named(truth, "truth")
+    report = {"ok": True, "failures": [], "tensors": {}}
+    try:
+        result = _as_named(result, "result")
+    except (TypeError, ValueError) as e:
+        report["ok"] = False
+        report["failures"].append(f"result: {e}")
+        return report
+
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    want_device = torch.device(device) if device is not None else cu_seqlens.device
+
+    for name, x, t in zip(RESULT_NAMES, result, truth):
+        entry = {"rel_l2": None, "worst_seq_rel_l2": None, "worst_seq": None,
+                 "absolute": False, "seq_absolute": False,
+                 "dtype_ok": False, "shape_ok": False, "device_ok": False, "finite": False,
+                 "ok": False, "reasons": []}
+        report["tensors"][name] = entry
+        if not isinstance(x, torch.Tensor):
+            entry["reasons"].append(f"not a tensor ({type(x).__name__})")
+        else:
+            entry["dtype_ok"] = (not check_dtype) or x.dtype == RESULT_DTYPES[name]
+            entry["shape_ok"] = tuple(x.shape) == tuple(t.shape)
+            entry["device_ok"] = _same_device(x.device, want_device)
+            if not entry["dtype_ok"]:
+                entry["reasons"].append(f"dtype {x.dtype} != {RESULT_DTYPES[name]}")
+            if not entry["shape_ok"]:
+                entry["reasons"].append(f"shape {tuple(x.shape)} != {tuple(t.shape)}")
+            if not entry["device_ok"]:
+                entry["reasons"].append(f"device {x.device} != {want_device}")
+            if entry["shape_ok"]:
+                entry["finite"] = bool(torch.isfinite(x).all().item())
+                if not entry["finite"]:
+                    entry["reasons"].append("non-finite values")
+                _errors(entry, name, x, t, cu, tol, seq_tol)
+        entry["ok"] = not entry["reasons"]
+        if not entry["ok"]:
+            report["ok"] = False
+            report["failures"].append(f"{name}: {'; '.join(entry['reasons'])}")
+    return report
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    if a.type != b.type:
+        return False
+    # "cuda" and "cuda:0" name the same device when only one is current.
+    if a.type == "cuda" and (a.index is None or b.index is None):
+        cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
+    return a.index == b.index
+
+
+def _errors(entry, name, x, t, cu, tol, seq_tol):
+    circular = name == "final_angle_state"
+    err, absolute = rel_l2(x, t, circular)
+    entry["rel_l2"], entry["absolute"] = err, absolute
+    if not err <= tol:  # also catches NaN
+        entry["reasons"].append(f"{'abs' if absolute else 'rel'}-L2 {err:.3e} > {tol:g}")
+    if name in GLOBAL_RESULTS:
+        return
+    worst, worst_i = 0.0, None
+    for i in range(len(cu) - 1):
+        if name in TOKEN_DIM:
+            a, b = cu[i], cu[i + 1]
+            if a == b:
+                continue
+            dim = TOKEN_DIM[name]
+            xs, ts = x.narrow(dim, a, b - a), t.narrow(dim, a, b - a)
+        else:
+            xs, ts = x[i], t[i]
+        e, abs_i = rel_l2(xs, ts, circular)
+        entry["seq_absolute"] = entry["seq_absolute"] or abs_i
+        if math.isnan(e) or (not math.isnan(worst) and e > worst):  # a NaN sticks
+            worst, worst_i = e, i
+    entry["worst_seq_rel_l2"], entry["worst_seq"] = worst, worst_i
+    if not worst <= seq_tol:
+        entry["reasons"].append(f"sequence {worst_i} rel-L2 {worst:.3e} > {seq_tol:g}")
