@@ -1,0 +1,181 @@
+"""The self-check and bench tools, exercised on the CPU with small stand-in solvers."""
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from mamba3_jit import harness as Hn
+from mamba3_jit import reference as R
+from tools import selfcheck
+
+PRELUDE = "import torch\nfrom mamba3_jit.reference import baseline_fwd_vjp as _base\n"
+
+SOLVERS = {
+    "good": """
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            return _base(*args)
+    """,
+    "mutates": """
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            out = _base(*args)
+            args[2][0, 0, 0, 0] += 1
+            return out
+    """,
+    "wrong_dq": """
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            out = list(_base(*args))
+            out[5] = out[5] * 1.1
+            return tuple(out)
+    """,
+    "caches": """
+        _memo = []
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            if not _memo:
+                _memo.append(_base(*args))
+            return _memo[0]
+    """,
+    "noisy": """
+        _calls = [0]
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            _calls[0] += 1
+            out = list(_base(*args))
+            out[9] = out[9] * (1 + 1e-6 * _calls[0])
+            return tuple(out)
+    """,
+    "raises": """
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            raise RuntimeError("no kernel\\nfor this")
+    """,
+    "wrong_dtype": """
+        def mamba3_siso_varlen_joint_states_full_vjp(*args):
+            return tuple(x.float() for x in _base(*args))
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory):
+    d = tmp_path_factory.mktemp("panel")
+    cases = d / "cases.json"
+    cases.write_text(json.dumps({"cases": [
+        {"name": "x0", "seed": 5, "seq_lens": [5, 0, 3]},
+        {"name": "x1", "seed": 6, "seq_lens": [1]},
+    ]}))
+    paths = {}
+    for name, body in SOLVERS.items():
+        p = d / f"solver_{name}.py"
+        p.write_text(PRELUDE + textwrap.dedent(body))
+        paths[name] = p
+    return cases, paths
+
+
+def _run(capsys, panel, solver, *extra):
+    cases, paths = panel
+    rc = selfcheck.main(["--device", "cpu", "--cases", str(cases), "--solver", str(paths[solver]),
+                         "--no-timing", *extra])
+    lines = capsys.readouterr().out.strip().splitlines()
+    return rc, lines
+
+
+def test_good_solver_passes(capsys, panel, tmp_path):
+    out = tmp_path / "report.json"
+    rc, lines = _run(capsys, panel, "good", "--json", str(out))
+    assert rc == 0, "\n".join(lines)
+    assert lines[-1] == "selfcheck: PASS geomean n/a"
+    report = json.loads(out.read_text())
+    assert report["summary"]["pass"] and len(report["cases"]) == 2
+
+
+@pytest.mark.parametrize("solver,reason", [
+    ("mutates", "mutated inputs v"),
+    ("wrong_dq", "wrong dq"),
+    ("caches", "wrong on other inputs"),
+    ("noisy", "repeat call not bitwise equal: ddt"),
+    ("raises", "raised RuntimeError: no kernel for this"),
+    ("wrong_dtype", "wrong output,final_angle_state"),
+])
+def test_bad_solvers_fail(capsys, panel, solver, reason):
+    rc, lines = _run(capsys, panel, solver)
+    assert rc == 1
+    assert lines[-1].startswith("selfcheck: FAIL ")
+    assert reason in lines[-1], lines[-1]
+    assert "\n" not in lines[-1]
+
+
+def test_cases_filter(capsys, panel):
+    rc, lines = _run(capsys, panel, "good", "--cases-filter", "x1")
+    assert rc == 0
+    assert any(line.startswith("[1/1] x1") for line in lines)
+    rc, lines = _run(capsys, panel, "good", "--cases-filter", "nothing")
+    assert rc == 1 and lines[-1].startswith("selfcheck: FAIL no cases")
+
+
+def test_timed_run_reports_a_geomean(capsys, panel):
+    cases, paths = panel
+    # CPU wall-clock timing is too noisy for the 1.25x stability rule, so only the format of a
+    # timed run is checked here.
+    selfcheck.main(["--device", "cpu", "--cases", str(cases), "--solver", str(paths["good"]),
+                    "--cases-filter", "x1", "--warmup", "1", "--iters", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any("speedup" in line for line in lines)
+    assert lines[-1].startswith("selfcheck: PASS geomean ") or "timing unstable" in lines[-1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA exit")
+def test_no_cuda_exits_2(capsys, panel):
+    cases, paths = panel
+    assert selfcheck.main(["--cases", str(cases), "--solver", str(paths["good"])]) == 2
+
+
+def test_time_calls_on_cpu():
+    calls = []
+    times = Hn.time_calls(lambda x: calls.append(x), (1,), device="cpu", warmup=2, iters=4)
+    assert len(times) == 4 and all(t >= 0 for t in times) and len(calls) == 6
+
+
+def test_bitwise_equal():
+    a = torch.tensor([0.0, float("nan"), 1.0])
+    assert Hn.bitwise_equal(a, a.clone())
+    assert not Hn.bitwise_equal(a, torch.tensor([-0.0, float("nan"), 1.0]))
+    assert not Hn.bitwise_equal(a, a.double())
+    assert Hn.bitwise_equal(torch.zeros(0, 3), torch.zeros(0, 3))
+    assert Hn.mismatches(("a", "b", "c"), [a, a], [a, a + 1]) == ["b", "c"]
+
+
+def test_default_panel_is_the_visible_one():
+    cases = Hn.load_cases()
+    assert [c["name"] for c in cases] == [f"c0{i}" for i in range(8)]
+    for c in cases:
+        assert 3 <= len(c["seq_lens"]) <= 5
+        assert all(129 <= n <= 959 and n % 64 for n in c["seq_lens"])
+
+
+# ------------------------------------------------------------------------------------------------
+# bench
+# ------------------------------------------------------------------------------------------------
+
+def test_bench_flop_model():
+    from tools import bench
+
+    full = 6 * 64 * 64 * (128 + 64) + 12 * 64 * 128 * 64
+    assert bench.model_flops([64], H=1) == full
+    assert bench.model_flops([65], H=1) == full + 6 * (128 + 64) + 12 * 128 * 64
+    assert bench.model_flops([0, 64, 64], H=32) == 2 * 32 * full
+
+
+def test_bench_runs_on_cpu(panel, tmp_path, capsys):
+    from tools import bench
+
+    cases, paths = panel
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--device", "cpu", "--cases", str(cases), "--solver", str(paths["good"]),
+                     "--warmup", "1", "--iters", "2", "--json", str(out)])
+    assert rc == 0
+    recs = json.loads(out.read_text())["cases"]
+    case = R.make_case([5, 0, 3], 5)
+    args = R.case_args(case)
+    assert recs[0]["model_bytes"] == bench.model_bytes(args, R.baseline_fwd_vjp(*args))
+    assert recs[0]["latency_ms"] > 0 and recs[0]["speedup"] > 0
+    assert "geomean speedup" in capsys.readouterr().out
