@@ -91,6 +91,8 @@ class KernelCache {
   // True when the binary is in memory or a valid entry is on disk: no compile would be needed.
   bool contains(const KernelSource& src) const;
   const std::string& dir() const;
+  // False when entries are kept in memory only (empty dir, or a directory that was unusable).
+  bool persistent() const;
 
  private:
   struct Impl;
