@@ -1,0 +1,113 @@
+// Needs a CUDA driver and GPU; without them each test warns and passes (Catch2 v2 cannot skip).
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <vector>
+
+#include "driver_api.h"
+#include "jit.h"
+#include "test_util.h"
+
+using namespace mamba3_jit;
+
+namespace {
+
+bool have_gpu() {
+  if (driver::available()) {
+    int count = 0;
+    if (driver::api().cuDeviceGetCount(&count) == CUDA_SUCCESS && count > 0) return true;
+  }
+  return false;
+}
+
+KernelSource smoke() {
+  KernelSource s;
+  s.name = "smoke";
+  s.code = "#include \"m3_smoke.cuh\"\n";
+  return s;  // arch left empty: the device's own
+}
+
+}  // namespace
+
+TEST_CASE("without a driver, GPU entry points fail clearly", "[gpu]") {
+  if (driver::available()) return;
+  CHECK_FALSE(kernel_is_ready(smoke(), "m3_smoke_axpb"));
+  CHECK(driver::current_context() == nullptr);
+  try {
+    load_kernel(smoke(), "m3_smoke_axpb", 0);
+    FAIL("load_kernel worked without a driver");
+  } catch (const DriverError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK((what.find("libcuda.so.1") != std::string::npos || what.find("cuInit") != std::string::npos));
+  }
+}
+
+TEST_CASE("the smoke kernel runs through load_kernel", "[gpu]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  test::TempDir tmp;
+  ::setenv("MAMBA3_JIT_CACHE_DIR", tmp.path().c_str(), 1);
+  const auto& api = driver::api();
+  const KernelSource src = smoke();
+  CHECK_FALSE(kernel_is_ready(src, "m3_smoke_axpb"));
+  const LoadedKernel& k = load_kernel(src, "m3_smoke_axpb", 0);
+  CHECK(kernel_is_ready(src, "m3_smoke_axpb"));
+  CHECK(&load_kernel(src, "m3_smoke_axpb", 0) == &k);
+  // More than the default 48 KiB: sets the function attribute.
+  CHECK(&load_kernel(src, "m3_smoke_axpb", 96 * 1024) == &k);
+  INFO("default_arch() = " << default_arch());
+  CHECK(default_arch().rfind("sm_", 0) == 0);
+
+  const int n = 1000;
+  std::vector<float> x(n), y(n, -1.0f);
+  for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i);
+  CUdeviceptr dx = 0, dy = 0;
+  driver::check(api.cuMemAlloc(&dx, n * sizeof(float)), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dy, n * sizeof(float)), "cuMemAlloc");
+  driver::check(api.cuMemcpyHtoD(dx, x.data(), n * sizeof(float)), "cuMemcpyHtoD");
+  float a = 2.0f, b = 0.5f;
+  int count = n;
+  void* args[] = {&dx, &dy, &a, &b, &count};
+  CHECK_FALSE(driver::stream_is_capturing(nullptr));
+
+  LaunchConfig cfg;
+  cfg.grid[0] = (n + 127) / 128;
+  cfg.block[0] = 128;
+  k.launch(cfg, args);
+  driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+  driver::check(api.cuMemcpyDtoH(y.data(), dy, n * sizeof(float)), "cuMemcpyDtoH");
+  for (int i = 0; i < n; ++i) REQUIRE(y[i] == 2.0f * static_cast<float>(i) + 0.5f);
+
+  // The same launch in clusters of two blocks (Hopper and later).
+  int major = 0;
+  driver::check(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                         driver::current_device()),
+                "cuDeviceGetAttribute");
+  if (major >= 9) {
+    b = 1.5f;
+    cfg.grid[0] = 8;
+    cfg.cluster[0] = 2;
+    k.launch(cfg, args);
+    driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+    driver::check(api.cuMemcpyDtoH(y.data(), dy, n * sizeof(float)), "cuMemcpyDtoH");
+    for (int i = 0; i < n; ++i) REQUIRE(y[i] == 2.0f * static_cast<float>(i) + 1.5f);
+  }
+
+  // A launch the device refuses names the kernel.
+  LaunchConfig bad;
+  bad.block[0] = 4096;
+  try {
+    k.launch(bad, args);
+    FAIL("a 4096-thread block launched");
+  } catch (const DriverError& e) {
+    CHECK(std::string(e.what()).find("m3_smoke_axpb") != std::string::npos);
+  }
+  api.cuMemFree(dx);
+  api.cuMemFree(dy);
+
+  CHECK_THROWS_AS(load_kernel(src, "no_such_function", 0), DriverError);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}

@@ -1,0 +1,138 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "driver_api.h"
+#include "jit.h"
+#include "kernel_registry.h"
+#include "test_util.h"
+
+using namespace mamba3_jit;
+
+TEST_CASE("default_arch is sm_90a without a driver", "[nvrtc]") {
+  if (driver::available()) {
+    WARN("a CUDA driver is present: default_arch() is " << default_arch());
+    return;
+  }
+  CHECK(default_arch() == "sm_90a");
+  KernelSource s = test::smoke_source("defaultarch", "");
+  KernelCache cache("");
+  KernelSource explicit_arch = s;
+  explicit_arch.arch = "sm_90a";
+  CHECK(cache.key(s) == cache.key(explicit_arch));
+}
+
+TEST_CASE("a small kernel compiles to an ELF cubin for sm_90a", "[nvrtc]") {
+  const CompileOutput out = compile_with_nvrtc(test::smoke_source("elf"));
+  REQUIRE(out.cubin.size() > 4);
+  CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(std::find(out.options.begin(), out.options.end(), "--gpu-architecture=sm_90a") !=
+        out.options.end());
+  CHECK(std::find(out.options.begin(), out.options.end(), "-std=c++17") != out.options.end());
+  CHECK(std::find(out.options.begin(), out.options.end(), "--use_fast_math") == out.options.end());
+  CHECK(std::find(out.options.begin(), out.options.end(), "-DM3_TEST_TAG_elf=1") !=
+        out.options.end());
+  CHECK(out.seconds > 0.0);
+}
+
+TEST_CASE("a kernel that includes a CUDA toolkit header compiles", "[nvrtc]") {
+  KernelSource s;
+  s.name = "uses_cuda_fp16";
+  s.code = "#include <cuda_fp16.h>\n"
+           "extern \"C\" __global__ void k(__half* p) { p[0] = __float2half(1.0f); }\n";
+  s.arch = "sm_90a";
+  CHECK(compile_with_nvrtc(s).cubin.compare(0, 4, "\x7f" "ELF") == 0);
+}
+
+TEST_CASE("malformed architectures are refused", "[nvrtc]") {
+  KernelSource s = test::smoke_source("badarch", "compute_90");
+  CHECK_THROWS_AS(compile_with_nvrtc(s), JitError);
+  s.arch = "sm_90a; rm -rf /";
+  CHECK_THROWS_AS(compile_with_nvrtc(s), JitError);
+}
+
+TEST_CASE("every registered specialisation compiles for sm_90a", "[nvrtc][all]") {
+  const std::vector<KernelSource> specs = all_specializations("sm_90a");
+  REQUIRE(!specs.empty());
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < specs.size(); i = next++) {
+      try {
+        const CompileOutput out = compile_with_nvrtc(specs[i]);
+        if (out.cubin.compare(0, 4, "\x7f" "ELF") != 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          failures.push_back(specs[i].name + ": output is not an ELF cubin");
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        failures.push_back(specs[i].name + ":\n" + e.what());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const unsigned n = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  for (unsigned t = 0; t < n; ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  INFO(failures.size() << " of " << specs.size() << " specialisations failed to compile");
+  CHECK(failures.empty());
+}
+
+TEST_CASE("an NVRTC error names the line, the options and a file with the source", "[nvrtc]") {
+  KernelSource s;
+  s.name = "broken[test]";
+  s.code =
+      "// line 1\n"
+      "// line 2\n"
+      "extern \"C\" __global__ void broken(float* out) {\n"
+      "  out[0] = 1.0f;\n"
+      "  out[1] = this_is_not_declared;\n"
+      "  out[2] = 3.0f;\n"
+      "}\n";
+  s.options = {"-DBROKEN_TEST_OPTION=7"};
+  s.arch = "sm_90a";
+  try {
+    compile_with_nvrtc(s);
+    FAIL("the broken kernel compiled");
+  } catch (const NvrtcError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("broken[test]") != std::string::npos);
+    CHECK(what.find("this_is_not_declared") != std::string::npos);
+    CHECK(what.find("-DBROKEN_TEST_OPTION=7") != std::string::npos);
+    CHECK(what.find("--gpu-architecture=sm_90a") != std::string::npos);
+    CHECK(what.find(">    5 |   out[1] = this_is_not_declared;") != std::string::npos);
+    CHECK(what.find("    2 | // line 2") != std::string::npos);
+    CHECK(!e.log().empty());
+    REQUIRE(!e.source_path().empty());
+    CHECK(what.find(e.source_path()) != std::string::npos);
+    REQUIRE(std::filesystem::exists(e.source_path()));
+    const std::string dumped = test::read_text(e.source_path());
+    CHECK(dumped.rfind(s.code, 0) == 0);
+    CHECK(dumped.find("-DBROKEN_TEST_OPTION=7") != std::string::npos);
+  }
+}
+
+TEST_CASE("an error inside an embedded header is excerpted from that header", "[nvrtc]") {
+  KernelSource s;
+  s.name = "header_error";
+  // Redefining the smoke kernel makes NVRTC report the error at the header's line.
+  s.code = "extern \"C\" __global__ void m3_smoke_axpb(const float*, float*, float, float, int) {}\n"
+           "#include \"m3_smoke.cuh\"\n";
+  s.arch = "sm_90a";
+  try {
+    compile_with_nvrtc(s);
+    FAIL("the redefinition compiled");
+  } catch (const NvrtcError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("--> m3_smoke.cuh:") != std::string::npos);
+    CHECK(what.find("m3_smoke_axpb") != std::string::npos);
+  }
+}
