@@ -18,7 +18,9 @@ if ! { [ -f /usr/lib/x86_64-linux-gnu/cmake/spdlog/spdlogConfig.cmake ] || [ -f 
     for f in "$root"/third_party/debs/*.deb; do dpkg -x "$f" "$deps"; done
     touch "$deps/.unpacked"
   fi
-  prefix=("-DCMAKE_PREFIX_PATH=$deps/usr;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr/lib/cmake")
+  # Debian's package configs name /usr/include, so the unpacked headers are added explicitly.
+  prefix=("-DCMAKE_PREFIX_PATH=$deps/usr;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr/lib/cmake"
+          "-DCMAKE_CXX_FLAGS=-isystem $deps/usr/include")
 fi
 
 generator=()
