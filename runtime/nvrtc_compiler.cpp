@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -120,19 +119,37 @@ std::string dump_failed_source(const KernelSource& src, const std::vector<std::s
   return path;
 }
 
+// Parses "FILE(LINE): error ..." and "FILE(LINE): catastrophic error ...". Hand-written rather
+// than std::regex: libtorch exports std::regex instantiations built by another compiler, and
+// inside the torch extension those interpose ours and crash.
+bool parse_error_line(const std::string& line, std::string* file, long* lineno) {
+  std::size_t close = line.find("): ");
+  while (close != std::string::npos) {
+    const std::string rest = line.substr(close + 3);
+    if (rest.rfind("error", 0) == 0 || rest.rfind("catastrophic error", 0) == 0) break;
+    close = line.find("): ", close + 1);
+  }
+  if (close == std::string::npos) return false;
+  const std::size_t open = line.rfind('(', close);
+  if (open == std::string::npos || open + 1 == close) return false;
+  const std::string digits = line.substr(open + 1, close - open - 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  *file = line.substr(0, open);
+  *lineno = std::stol(digits);
+  return true;
+}
+
 // A numbered excerpt (3 lines either side, the error line marked) for every "file(LINE): error"
 // of the log whose file is the program or an embedded header.
 std::string error_excerpts(const std::string& log, const std::string& program_name,
                            const std::string& code) {
-  static const std::regex kErrorLine(R"(^(.*)\((\d+)\): (catastrophic )?error)");
   std::set<std::pair<std::string, long>> seen;
   std::string out;
   int shown = 0;
   for (const auto& line : split_lines(log)) {
-    std::smatch m;
-    if (!std::regex_search(line, m, kErrorLine)) continue;
-    const std::string file = m[1].str();
-    const long lineno = std::stol(m[2].str());
+    std::string file;
+    long lineno = 0;
+    if (!parse_error_line(line, &file, &lineno)) continue;
     if (!seen.insert({file, lineno}).second) continue;
     const std::string* text = nullptr;
     if (file == program_name) {
@@ -164,8 +181,12 @@ std::string error_excerpts(const std::string& log, const std::string& program_na
 
 std::string resolve_arch(const std::string& arch) {
   if (arch.empty()) return default_arch();
-  static const std::regex kArch(R"(sm_[0-9]+[a-z]?)");
-  if (!std::regex_match(arch, kArch)) {
+  // sm_<digits> with an optional one-letter suffix.
+  const std::size_t digits_end = arch.find_first_not_of("0123456789", 3);
+  const bool well_formed = arch.rfind("sm_", 0) == 0 && arch.size() > 3 && digits_end != 3 &&
+                           (digits_end == std::string::npos ||
+                            (digits_end + 1 == arch.size() && arch[digits_end] >= 'a' && arch[digits_end] <= 'z'));
+  if (!well_formed) {
     throw JitError("unsupported architecture '" + arch +
                    "': expected sm_XY with an optional suffix, e.g. sm_90a");
   }

@@ -29,7 +29,8 @@ void check_shape(const at::Tensor& t, int arg, const std::vector<int64_t>& expec
   bool ok = t.dim() == static_cast<int64_t>(expected.size());
   for (size_t i = 0; ok && i < expected.size(); ++i) ok = t.size(i) == expected[i];
   TORCH_CHECK_VALUE(ok, "mamba3_jit: argument '", kArgNames[arg], "' expected shape ", layout, " = ",
-                    shape_str(expected), ", got ", shape_str(t.sizes()));
+                    shape_str(expected), ", got ", shape_str(t.sizes()),
+                    " (T and N are taken from 'q', H and P from 'v', A from 'angles', S from 'cu_seqlens')");
 }
 
 }  // namespace
