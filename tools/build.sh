@@ -9,18 +9,17 @@ build="${MAMBA3_JIT_BUILD_DIR:-$root/build}"
 mkdir -p "$build"
 
 prefix=()
-if ! { [ -f /usr/lib/x86_64-linux-gnu/cmake/spdlog/spdlogConfig.cmake ] || [ -f /usr/lib/cmake/spdlog/spdlogConfig.cmake ]; } ||
-   ! { [ -f /usr/lib/cmake/Catch2/Catch2Config.cmake ] || [ -f /usr/lib/x86_64-linux-gnu/cmake/Catch2/Catch2Config.cmake ]; }; then
+# The headers decide, not the CMake configs: a machine can carry a config without the headers
+# this project includes (Catch2 v3 instead of v2, say).
+if [ ! -f /usr/include/spdlog/spdlog.h ] || [ ! -f /usr/include/catch2/catch.hpp ]; then
   deps="$build/deps"
   if [ ! -f "$deps/.unpacked" ]; then
-    echo "build.sh: spdlog/fmt/Catch2 not installed; unpacking third_party/debs into $deps" >&2
+    echo "build.sh: spdlog/fmt/Catch2 v2 headers not installed; unpacking third_party/debs into $deps" >&2
     mkdir -p "$deps"
     for f in "$root"/third_party/debs/*.deb; do dpkg -x "$f" "$deps"; done
     touch "$deps/.unpacked"
   fi
-  # Debian's package configs name /usr/include, so the unpacked headers are added explicitly.
-  prefix=("-DCMAKE_PREFIX_PATH=$deps/usr;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr/lib/cmake"
-          "-DCMAKE_CXX_FLAGS=-isystem $deps/usr/include")
+  prefix=("-DCMAKE_PREFIX_PATH=$deps/usr;$deps/usr/lib/x86_64-linux-gnu/cmake;$deps/usr/lib/cmake")
 fi
 
 generator=()
