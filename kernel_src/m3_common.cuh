@@ -99,3 +99,98 @@ struct RegTile {
       for (int j = 0; j < TN; ++j) f(row(i), col(j), acc[i][j]);
   }
 };
+
+// The same contract as RegTile (mac over lambdas, for_each over (row, col, acc)), computed by
+// tensor cores: mma.sync m16n8k8 with tf32 operands and fp32 accumulation. tf32 keeps 10 mantissa
+// bits, eight times bf16's precision, so the matmuls stay well inside the error budget. The 8
+// warps are laid out 2 x 4 over the tile; each owns a (M/2) x (NC/4) block of 16 x 8 pieces.
+M3_DEV unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <int M, int NC, int NT>
+struct MmaTile {
+  static_assert(NT == 256, "MmaTile lays 8 warps out 2 x 4");
+  static constexpr int WM = M / 2;
+  static constexpr int WN = NC / 4;
+  static constexpr int MT = WM / 16;
+  static constexpr int NTL = WN / 8;
+  static_assert(MT * 16 == WM && NTL * 8 == WN && MT > 0 && NTL > 0, "tile not divisible into 16 x 8 pieces");
+  float acc[MT][NTL][4];
+  int m0, n0, g, t;
+
+  M3_DEV MmaTile() {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    m0 = (warp >> 2) * WM;
+    n0 = (warp & 3) * WN;
+    g = lane >> 2;
+    t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  }
+
+  template <int K, class FA, class FB>
+  M3_DEV void mac(FA fa, FB fb) {
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+#pragma unroll 2
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      unsigned a[MT][4], b[NTL][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = m0 + i * 16 + g;
+        a[i][0] = to_tf32(fa(r, k0 + t));
+        a[i][1] = to_tf32(fa(r + 8, k0 + t));
+        a[i][2] = to_tf32(fa(r, k0 + t + 4));
+        a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const int c = n0 + j * 8 + g;
+        b[j][0] = to_tf32(fb(k0 + t, c));
+        b[j][1] = to_tf32(fb(k0 + t + 4, c));
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+
+  template <class F>
+  M3_DEV void for_each(F f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
+  }
+};
+
+// Visits two tiles of one type element by element: f(row, col, acc_a, acc_b).
+template <class Tile, class F>
+M3_DEV void zip_for_each(Tile& a, Tile& b, F f) {
+  // Both tile types keep acc contiguous and visit it in memory order.
+  float* pa = reinterpret_cast<float*>(&a.acc);
+  float* pb = reinterpret_cast<float*>(&b.acc);
+  int idx = 0;
+  a.for_each([&](int r, int c, float) {
+    f(r, c, pa[idx], pb[idx]);
+    ++idx;
+  });
+}

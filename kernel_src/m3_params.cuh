@@ -1,4 +1,4 @@
-// The argument block of the operator kernels, and the v1 shared-memory layout. Included by the
+// The argument block of the operator kernels, and the chunk-scan shared-memory layout. Included by the
 // host dispatcher (plain C++) and by NVRTC-compiled kernels, so it holds only plain C types.
 #pragma once
 
@@ -51,30 +51,31 @@ struct M3Params {
   int H;
 };
 
-// v1 shared-memory layout, in floats. Rows are padded by one word so that both row-wise and
-// column-wise walks by consecutive threads hit distinct banks.
-struct M3V1Layout {
+// Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both
+// row-wise and column-wise walks of consecutive threads over the banks (CUDA-core tiles); 4 does
+// the same for the 8 x 4 access pattern of tensor-core fragments.
+struct M3ScanLayout {
   int qr, kr, v, dy, st, ds, m, x, t1, t2, phi, th, dphi, vec, red, total;
 };
 
-enum M3V1Vec {
+enum M3ScanVec {
   kVecCl, kVecE, kVecWb, kVecSc, kVecGam, kVecP, kVecDt, kVecQkRaw, kVecRowG, kVecColG,
   kVecU, kVecXs, kVecDyv, kVecDsc, kVecAng, kVecCount
 };
 
-static constexpr M3V1Layout m3_v1_layout(int C, int N, int P, int A, int threads) {
-  M3V1Layout l{};
+static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int threads, int pad) {
+  M3ScanLayout l{};
   int o = 0;
-  l.qr = o; o += C * (N + 1);
-  l.kr = o; o += C * (N + 1);
-  l.v = o; o += C * (P + 1);
-  l.dy = o; o += C * (P + 1);
-  l.st = o; o += P * (N + 1);
-  l.ds = o; o += P * (N + 1);
-  l.m = o; o += C * (C + 1);
-  l.x = o; o += C * (C + 1);
-  l.t1 = o; o += C * (N + 1);
-  l.t2 = o; o += C * (N + 1);
+  l.qr = o; o += C * (N + pad);
+  l.kr = o; o += C * (N + pad);
+  l.v = o; o += C * (P + pad);
+  l.dy = o; o += C * (P + pad);
+  l.st = o; o += P * (N + pad);
+  l.ds = o; o += P * (N + pad);
+  l.m = o; o += C * (C + pad);
+  l.x = o; o += C * (C + pad);
+  l.t1 = o; o += C * (N + pad);
+  l.t2 = o; o += C * (N + pad);
   l.phi = o; o += C * A;
   l.th = o; o += C * A;
   l.dphi = o; o += C * A;

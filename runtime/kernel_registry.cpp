@@ -1,5 +1,6 @@
 #include "kernel_registry.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -10,7 +11,7 @@ namespace {
 
 // The configurations each variant supports; warm-up compiles exactly these.
 const std::vector<OpConfig>& known_configs() {
-  static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}};
+  static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -25,8 +26,10 @@ void require_known(const OpConfig& c) {
   for (const auto& k : known_configs()) {
     if (k.variant == c.variant && k.chunk == c.chunk && k.threads == c.threads) return;
   }
+  std::string supported;
+  for (const auto& k : known_configs()) supported += (supported.empty() ? "" : "; ") + to_string(k);
   throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) +
-                              "'; supported: variant=v1,chunk=32,threads=256");
+                              "'; supported: " + supported);
 }
 
 }  // namespace
@@ -73,30 +76,37 @@ int seq_bucket(long long num_seqs) {
   return 0;
 }
 
-KernelSource v1_scan_source(const OpConfig& c, int bucket, const std::string& arch) {
+// v1 multiplies on the CUDA cores, v2 on tf32 tensor cores; the padding suits each access pattern.
+bool uses_mma(const OpConfig& c) { return c.variant != "v1"; }
+int smem_pad(const OpConfig& c) { return uses_mma(c) ? 4 : 1; }
+
+KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
   require_known(c);
   KernelSource src;
-  src.name = "m3_v1_scan[C=" + std::to_string(c.chunk) + ",S<=" +
+  src.name = "m3_chunk_scan[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
              (bucket > 0 ? std::to_string(bucket) : std::string("any")) + "]";
-  src.code = "#include \"m3_v1_scan.cuh\"\n";
+  src.code = "#include \"m3_chunk_scan.cuh\"\n";
   src.options = dims_options(c);
   src.options.push_back("-DM3_SEQ_BUCKET=" + std::to_string(bucket));
+  src.options.push_back("-DM3_USE_MMA=" + std::to_string(uses_mma(c) ? 1 : 0));
+  src.options.push_back("-DM3_PAD=" + std::to_string(smem_pad(c)));
   src.arch = arch;
   return src;
 }
 
-KernelSource v1_reduce_source(const OpConfig& c, const std::string& arch) {
+KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   require_known(c);
   KernelSource src;
-  src.name = "m3_v1_reduce";
-  src.code = "#include \"m3_v1_reduce.cuh\"\n";
+  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + "]";
+  src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   src.arch = arch;
   return src;
 }
 
-std::size_t v1_scan_smem_bytes(const OpConfig& c) {
-  const M3V1Layout l = m3_v1_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads);
+std::size_t scan_smem_bytes(const OpConfig& c) {
+  const M3ScanLayout l =
+      m3_scan_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads, smem_pad(c));
   return static_cast<std::size_t>(l.total) * sizeof(float);
 }
 
@@ -108,8 +118,14 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
   smoke.arch = arch;
   all.push_back(smoke);
   for (const auto& c : known_configs()) {
-    for (int b : kBuckets) all.push_back(v1_scan_source(c, b, arch));
-    all.push_back(v1_reduce_source(c, arch));
+    for (int b : kBuckets) all.push_back(scan_source(c, b, arch));
+  }
+  // The reduce kernels depend only on the block size.
+  std::vector<int> threads_seen;
+  for (const auto& c : known_configs()) {
+    if (std::find(threads_seen.begin(), threads_seen.end(), c.threads) != threads_seen.end()) continue;
+    threads_seen.push_back(c.threads);
+    all.push_back(reduce_source(c, arch));
   }
   return all;
 }

@@ -33,9 +33,9 @@ constexpr HeadDims kSupportedDims{};
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);
 
-KernelSource v1_scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
-KernelSource v1_reduce_source(const OpConfig& config, const std::string& arch = "");
-std::size_t v1_scan_smem_bytes(const OpConfig& config);
+KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
+KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");
+std::size_t scan_smem_bytes(const OpConfig& config);
 
 // All specialisations for `arch` (empty = default_arch()).
 std::vector<KernelSource> all_specializations(const std::string& arch = "");

@@ -116,12 +116,12 @@ std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const 
   p.H = static_cast<int>(H);
 
   const unsigned threads = static_cast<unsigned>(config.threads);
-  const unsigned scan_smem = static_cast<unsigned>(v1_scan_smem_bytes(config));
+  const unsigned scan_smem = static_cast<unsigned>(scan_smem_bytes(config));
   const LoadedKernel& scan =
-      kernel_for(v1_scan_source(config, seq_bucket(S)), "m3_v1_scan", scan_smem);
-  const KernelSource reduce_src = v1_reduce_source(config);
-  const LoadedKernel& reduce_heads = kernel_for(reduce_src, "m3_v1_reduce_heads", 0);
-  const LoadedKernel& reduce_partials = kernel_for(reduce_src, "m3_v1_reduce_partials", 0);
+      kernel_for(scan_source(config, seq_bucket(S)), "m3_chunk_scan", scan_smem);
+  const KernelSource reduce_src = reduce_source(config);
+  const LoadedKernel& reduce_heads = kernel_for(reduce_src, "m3_reduce_heads", 0);
+  const LoadedKernel& reduce_partials = kernel_for(reduce_src, "m3_reduce_partials", 0);
 
   void* args[] = {&p};
   LaunchConfig lc;

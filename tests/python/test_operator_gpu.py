@@ -10,13 +10,16 @@ from mamba3_jit.reference import ARG_NAMES, RESULT_NAMES, case_args, compare, ma
 
 pytestmark = pytest.mark.gpu
 
+# Every kernel variant a solver version can select stays correct.
+VARIANTS = ["v1", "v2"]
 
-def _run(case):
-    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case))
+
+def _run(case, variant="v1"):
+    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config={"variant": variant})
 
 
-def _check(case, result=None):
-    result = _run(case) if result is None else result
+def _check(case, result=None, variant="v1"):
+    result = _run(case, variant) if result is None else result
     truth = reference_fwd_vjp(*case_args(case))
     report = compare(result, truth, case["cu_seqlens"])
     worst = {n: report["tensors"][n]["rel_l2"] for n in RESULT_NAMES}
@@ -24,13 +27,14 @@ def _check(case, result=None):
     return result
 
 
-def test_vectors_small(small_vectors):
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_vectors_small(small_vectors, variant):
     inputs = small_vectors["inputs"]
     if isinstance(inputs, dict):
         args = [inputs[n].cuda() for n in ARG_NAMES]
     else:
         args = [t.cuda() for t in inputs]
-    result = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args)
+    result = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args, config={"variant": variant})
     expected = small_vectors["expected"]
     truth = [expected[n].cuda().double() for n in RESULT_NAMES]
     report = compare(result, truth, args[ARG_NAMES.index("cu_seqlens")])
@@ -51,36 +55,40 @@ EDGE_MIXES = [
 ]
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("seq_lens", EDGE_MIXES, ids=lambda x: "-".join(map(str, x)))
-def test_edge_and_family_shapes(seq_lens):
-    _check(make_case(seq_lens, seed=11, device="cuda"))
+def test_edge_and_family_shapes(seq_lens, variant):
+    _check(make_case(seq_lens, seed=11, device="cuda"), variant=variant)
 
 
-def test_random_mixes():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_random_mixes(variant):
     rng = random.Random(1234)
     for trial in range(4):
         S = rng.randint(1, 6)
         seq_lens = [rng.choice([0, 1, rng.randint(2, 70), rng.randint(100, 700)]) for _ in range(S)]
         if sum(seq_lens) == 0:
             seq_lens[0] = 5
-        _check(make_case(seq_lens, seed=100 + trial, device="cuda"))
+        _check(make_case(seq_lens, seed=100 + trial, device="cuda"), variant=variant)
 
 
-def test_many_sequences():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_many_sequences(variant):
     rng = random.Random(5)
     seq_lens = [rng.randint(0, 40) for _ in range(64)]
-    _check(make_case(seq_lens, seed=3, device="cuda"))
+    _check(make_case(seq_lens, seed=3, device="cuda"), variant=variant)
 
 
-def test_fresh_call_immutability_and_bitwise_repeat():
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fresh_call_immutability_and_bitwise_repeat(variant):
     case_a = make_case([129, 150, 191], seed=1, device="cuda")
     case_b = make_case([200, 77], seed=2, device="cuda")
     snapshot = {n: t.clone() for n, t in case_a.items()}
-    first = _run(case_a)
+    first = _run(case_a, variant)
     for n in ARG_NAMES:
         assert torch.equal(case_a[n], snapshot[n]), f"input {n} was modified"
-    _check(case_b)          # a fresh call with other shapes and values in between
-    again = _run(case_a)
+    _check(case_b, variant=variant)   # a fresh call with other shapes and values in between
+    again = _run(case_a, variant)
     for n, x, y in zip(RESULT_NAMES, first, again):
         assert torch.equal(x, y), f"{n} differs bitwise between two calls on the same inputs"
     _check(case_a, result=again)

@@ -112,5 +112,6 @@ def test_unknown_config_rejected(case):
 
 def test_specializations_listed():
     names = mamba3_jit.specializations("sm_90a")
-    assert any(n.startswith("m3_v1_scan") for n in names)
-    assert "m3_v1_reduce" in names
+    assert any(n.startswith("m3_chunk_scan[v1,") for n in names)
+    assert any(n.startswith("m3_chunk_scan[v2,") for n in names)
+    assert any(n.startswith("m3_reduce") for n in names)

@@ -1,6 +1,6 @@
-// v1: one CTA per (sequence, head) walks the sequence's chunks forward, then backward, in fp32 on
-// the CUDA cores. Simple and exact rather than fast: it is the correctness baseline that later
-// tensor-core versions are checked against.
+// One CTA per (sequence, head) walks the sequence's chunks forward, then backward. Every matmul
+// goes through one tile type: fp32 FMA on the CUDA cores (v1, M3_USE_MMA=0), or tf32 tensor
+// cores with fp32 accumulation (v2, M3_USE_MMA=1). Decays, angles and reductions stay fp32.
 //
 // Forward, chunk j = [a, a+len): outputs, dz (the gate gradient needs only y and dout), and the
 // state entering the chunk, saved for the backward. Backward, chunks in reverse with dS: every
@@ -8,17 +8,18 @@
 // one-token shift of the dt/trap terms carried from chunk to chunk.
 //
 // Specialisation: M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET (S rounded up to a bucket,
-// 0 = any S). Head count and lengths are run-time values.
+// 0 = any S), M3_USE_MMA and M3_PAD (shared-memory row padding in words). Head count and lengths
+// are run-time values.
 #pragma once
 
 #include "m3_common.cuh"
 
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
-    !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET)
-#error "m3_v1_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS and M3_SEQ_BUCKET"
+    !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
+#error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
 #endif
 
-namespace m3v1 {
+namespace m3scan {
 
 constexpr int C = M3_CHUNK;
 constexpr int N = M3_N;
@@ -26,11 +27,20 @@ constexpr int P = M3_P;
 constexpr int A = M3_A;
 constexpr int NT = M3_THREADS;
 constexpr int NW = NT / 32;
-constexpr int LDN = N + 1;
-constexpr int LDP = P + 1;
-constexpr int LDC = C + 1;
+constexpr int LDN = N + M3_PAD;
+constexpr int LDP = P + M3_PAD;
+constexpr int LDC = C + M3_PAD;
 constexpr int NPAIR = N / 2;
-constexpr M3V1Layout L = m3_v1_layout(C, N, P, A, NT);
+constexpr M3ScanLayout L = m3_scan_layout(C, N, P, A, NT, M3_PAD);
+
+// TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
+#if M3_USE_MMA
+template <int M, int NC, int TM, int TN>
+using Tile = MmaTile<M, NC, NT>;
+#else
+template <int M, int NC, int TM, int TN>
+using Tile = RegTile<M, NC, TM, TN, NT>;
+#endif
 
 static_assert(C % 32 == 0 && C <= 64, "chunk must be 32 or 64");
 static_assert(N % 64 == 0 && 2 * A <= N && A <= 32, "head dims out of the supported family");
@@ -209,7 +219,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 
 // M[t][s] = exp(c[t] - c[s]) * (qr[t] . ks[s]) on s <= t < len, else 0.
 M3_DEV void build_mixing(Smem& s, int len) {
-  RegTile<C, C, C / 16, C / 16, NT> tile;
+  Tile<C, C, C / 16, C / 16> tile;
   tile.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
                        [&](int k, int c) { return s.kr[c * LDN + k]; });
   const float* cl = s.vv(kVecCl);
@@ -235,29 +245,23 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
   const float dh = p.d[sh.h];
   const float* e = s.vv(kVecE);
   {
-    RegTile<C, P, C / 16, 4, NT> intra, inter;
+    Tile<C, P, C / 16, 4> intra, inter;
     intra.template mac<C>([&](int r, int k) { return s.m[r * LDC + k]; },
                           [&](int k, int c) { return s.v[k * LDP + c]; });
     inter.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
                           [&](int k, int c) { return s.st[c * LDN + k]; });
     const float* qkraw = s.vv(kVecQkRaw);
     const float* gam = s.vv(kVecGam);
-#pragma unroll
-    for (int i = 0; i < C / 16; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int r = intra.row(i), c = intra.col(jj);
-        if (r < len) {
-          const float y = intra.acc[i][jj] + e[r] * inter.acc[i][jj] +
-                          (dh - qkraw[r] * gam[r]) * s.v[r * LDP + c];
-          const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
-          const float zz = bf2f(p.z[idx]);
-          const float sg = sigmoidf(zz);
-          p.output[idx] = f2bf(y * zz * sg);
-          p.dz[idx] = f2bf(bf2f(p.dout[idx]) * y * sg * (1.f + zz * (1.f - sg)));
-        }
+    zip_for_each(intra, inter, [&](int r, int c, float acc_intra, float acc_inter) {
+      if (r < len) {
+        const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[r * LDP + c];
+        const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
+        const float zz = bf2f(p.z[idx]);
+        const float sg = sigmoidf(zz);
+        p.output[idx] = f2bf(y * zz * sg);
+        p.dz[idx] = f2bf(bf2f(p.dout[idx]) * y * sg * (1.f + zz * (1.f - sg)));
       }
-    }
+    });
   }
   __syncthreads();
   // Save the entering state, then S <- alpha S + sum_s wb[s] v[s] ks[s]^T.
@@ -265,7 +269,7 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
     const float alpha = e[len - 1];
     const float* wb = s.vv(kVecWb);
     const float* sc = s.vv(kVecSc);
-    RegTile<P, N, 4, 8, NT> upd;
+    Tile<P, N, 4, 8> upd;
     upd.template mac<C>([&](int r, int k) { return s.v[k * LDP + r]; },
                         [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
     float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
@@ -329,7 +333,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
 
   // dM[t][s] = dy[t] . v[s] on the causal part.
   {
-    RegTile<C, C, C / 16, C / 16, NT> dm;
+    Tile<C, C, C / 16, C / 16> dm;
     dm.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                        [&](int k, int c) { return s.v[c * LDP + k]; });
     dm.for_each([&](int r, int c, float acc) {
@@ -354,26 +358,21 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   }
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
   {
-    RegTile<C, P, C / 16, 4, NT> stp, intra;
+    Tile<C, P, C / 16, 4> stp, intra;
     stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
                         [&](int k, int c) { return s.ds[c * LDN + k]; });
     intra.template mac<C>([&](int r, int k) { return s.m[k * LDC + r]; },
                           [&](int k, int c) { return s.dy[k * LDP + c]; });
-#pragma unroll
-    for (int i = 0; i < C / 16; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int r = stp.row(i), c = stp.col(jj);
-        const float sp = wb[r] * sc[r] * stp.acc[i][jj];
-        s.t1[r * LDN + c] = sp;
-        if (r < len) {
-          const int tg = sh.start + a + r;
-          float dv = intra.acc[i][jj] + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
-          if (a + r == sh.len - 1) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
-          p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
-        }
+    zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
+      const float sp = wb[r] * sc[r] * acc_state;
+      s.t1[r * LDN + c] = sp;
+      if (r < len) {
+        const int tg = sh.start + a + r;
+        float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
+        if (a + r == sh.len - 1) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
+        p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
       }
-    }
+    });
   }
   __syncthreads();
   for (int t = warp; t < C; t += NW) {
@@ -392,21 +391,16 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   __syncthreads();
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
-    RegTile<C, N, C / 16, 8, NT> inter, intra;
+    Tile<C, N, C / 16, 8> inter, intra;
     inter.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                           [&](int k, int c) { return s.st[k * LDN + c]; });
     intra.template mac<C>([&](int r, int k) { return s.x[r * LDC + k]; },
                           [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
-#pragma unroll
-    for (int i = 0; i < C / 16; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int r = inter.row(i), c = inter.col(jj);
-        const float ip = e[r] * inter.acc[i][jj];
-        s.t2[r * LDN + c] = ip;
-        s.t1[r * LDN + c] = ip + intra.acc[i][jj];
-      }
-    }
+    zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
+      const float ip = e[r] * acc_inter;
+      s.t2[r * LDN + c] = ip;
+      s.t1[r * LDN + c] = ip + acc_intra;
+    });
   }
   __syncthreads();
   for (int t = warp; t < C; t += NW) {
@@ -418,26 +412,21 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   __syncthreads();
   // dks into t2.
   {
-    RegTile<C, N, C / 16, 8, NT> intra, stp;
+    Tile<C, N, C / 16, 8> intra, stp;
     intra.template mac<C>([&](int r, int k) { return s.x[k * LDC + r]; },
                           [&](int k, int c) { return s.qr[k * LDN + c]; });
     stp.template mac<P>([&](int r, int k) { return s.v[r * LDP + k]; },
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
-#pragma unroll
-    for (int i = 0; i < C / 16; ++i) {
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int r = intra.row(i), c = intra.col(jj);
-        s.t2[r * LDN + c] = intra.acc[i][jj] + wb[r] * stp.acc[i][jj];
-      }
-    }
+    zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
+      s.t2[r * LDN + c] = acc_intra + wb[r] * acc_state;
+    });
   }
   __syncthreads();
   // dS <- alpha dS + sum_t e[t] dy[t] qr[t]^T, and da = alpha <dS, S_j> on the way.
   float da;
   {
     const float alpha = e[len - 1];
-    RegTile<P, N, 4, 8, NT> upd;
+    Tile<P, N, 4, 8> upd;
     upd.template mac<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
                         [&](int k, int c) { return s.qr[k * LDN + c]; });
     float part = 0.f;
@@ -577,11 +566,11 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   __syncthreads();
 }
 
-}  // namespace m3v1
+}  // namespace m3scan
 
 extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
-    m3_v1_scan(const M3Params p) {
-  using namespace m3v1;
+    m3_chunk_scan(const M3Params p) {
+  using namespace m3scan;
   extern __shared__ float4 smem_raw[];
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   const SeqHead sh = locate(p);

@@ -1,16 +1,16 @@
-// v1: the cross-head and cross-sequence sums that the scan leaves as fp32 partials. A fixed
+// The cross-head and cross-sequence sums that the scan leaves as fp32 partials. A fixed
 // summation order keeps the results bitwise repeatable.
 #pragma once
 
 #include "m3_common.cuh"
 
 #if !defined(M3_N) || !defined(M3_THREADS)
-#error "m3_v1_reduce.cuh needs M3_N and M3_THREADS"
+#error "m3_reduce.cuh needs M3_N and M3_THREADS"
 #endif
 
 // dq[t][n] = sum over heads of dqh[t][h][n]; likewise dk. One thread per (token, n).
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
-    m3_v1_reduce_heads(const M3Params p) {
+    m3_reduce_heads(const M3Params p) {
   const long long idx = static_cast<long long>(blockIdx.x) * M3_THREADS + threadIdx.x;
   if (idx >= static_cast<long long>(p.T) * M3_N) return;
   const long long t = idx / M3_N;
@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 // dq_bias, dk_bias and dd: sums over sequences of the per-(sequence, head) partials.
 // One block per head, one thread per output column.
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
-    m3_v1_reduce_partials(const M3Params p) {
+    m3_reduce_partials(const M3Params p) {
   const int h = blockIdx.x;
   for (int c = threadIdx.x; c < 2 * M3_N + 1; c += M3_THREADS) {
     float acc = 0.f;
