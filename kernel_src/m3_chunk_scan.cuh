@@ -14,6 +14,9 @@
 
 #include "m3_common.cuh"
 
+#ifndef M3_PARALLEL_SCALARS
+#define M3_PARALLEL_SCALARS 0
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -151,6 +154,31 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       carry = __shfl_sync(0xffffffffu, x, 31);
     }
   }
+#if M3_PARALLEL_SCALARS
+  // Angle sums: th * dt for every (token, angle) at once, then one warp scan per angle index.
+  const int warp = tid >> 5, lane = tid & 31;
+  for (int e = tid; e < C * A; e += NT) {
+    const int t = e / A, i = e % A;
+    float th = 0.f;
+    if (t < len) {
+      const int tg = sh.start + a + t;
+      th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
+    }
+    s.th[e] = th;
+    s.phi[e] = th * s.vv(kVecDt)[t];
+  }
+  __syncthreads();
+  for (int i = warp; i < A; i += NW) {
+    float carry = s.phi_carry()[i];
+#pragma unroll
+    for (int base = 0; base < C; base += 32) {
+      const int t = base + lane;
+      const float x = warp_inclusive_scan(s.phi[t * A + i]) + carry;
+      carry = __shfl_sync(0xffffffffu, x, 31);
+      s.phi[t * A + i] = (t < len) ? x : 0.f;
+    }
+  }
+#else
   // Angle sums: one thread per angle index, sequential over the chunk's tokens, in fp32.
   if (tid >= 32 && tid < 32 + A) {
     const int i = tid - 32;
@@ -166,6 +194,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       s.phi[t * A + i] = (t < len) ? run : 0.f;
     }
   }
+#endif
   __syncthreads();
   if (tid < C) {
     const int t = tid;
@@ -174,7 +203,9 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     s.vv(kVecWb)[t] = (t < len) ? expf(cl[len - 1] - cl[t]) : 0.f;
   }
   // q/k rows: a warp per token, a lane per rotary pair.
+#if !M3_PARALLEL_SCALARS
   const int warp = tid >> 5, lane = tid & 31;
+#endif
   for (int t = warp; t < C; t += NW) {
     float raw = 0.f;
     const int tg = sh.start + a + t;
@@ -293,6 +324,124 @@ struct BackwardCarry {
   float dp_first;     // likewise for dp
   float dd_sum;       // sum of dy . v
 };
+
+#if M3_PARALLEL_SCALARS
+// Suffix sum over the 32 lanes: lane l gets the sum of lanes l..31.
+M3_DEV float warp_suffix_sum(float x) {
+  const int lane = threadIdx.x & 31;
+  const float r = warp_inclusive_scan(__shfl_sync(0xffffffffu, x, 31 - lane));
+  return __shfl_sync(0xffffffffu, r, 31 - lane);
+}
+
+// The per-token tail of a backward chunk, spread over lanes: Phi (the reverse angle cumsum) by one
+// warp scan per angle index, dangles, then warp 0 with a lane per token for dadt's reverse cumsum
+// and the one-token shift of the gamma terms onto dt and trap. `bc` is kept identical in all
+// lanes of warp 0.
+M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len,
+                                            bool last_chunk, float da, BackwardCarry& bc) {
+  const int H = p.H;
+  const int T = p.T;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  for (int i = warp; i < A; i += NW) {
+    float carry = s.big_phi_carry()[i];
+#pragma unroll
+    for (int base = C - 32; base >= 0; base -= 32) {
+      const int t = base + lane;
+      float x = 0.f;
+      if (t < len) {
+        x = s.dphi[t * A + i];
+        if (a + t == sh.len - 1) x += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
+      }
+      const float suffix = warp_suffix_sum(x) + carry;
+      carry = __shfl_sync(0xffffffffu, suffix, 0);
+      s.dphi[t * A + i] = suffix;
+    }
+    if (lane == 0) s.big_phi_carry()[i] = carry;
+  }
+  __syncthreads();
+  const float* dtv = s.vv(kVecDt);
+  for (int e = tid; e < len * A; e += NT) {
+    const int t = e / A, i = e % A;
+    const int tg = sh.start + a + t;
+    const float tnh = s.th[e] / kM3Pi;
+    p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
+        f2bf(s.dphi[e] * dtv[t] * kM3Pi * (1.f - tnh * tnh));
+  }
+  for (int t = warp; t < len; t += NW) {
+    float ang = 0.f;
+    for (int i = lane; i < A; i += 32) ang = fmaf(s.dphi[t * A + i], s.th[t * A + i], ang);
+    ang = warp_sum(ang);
+    if (lane == 0) s.vv(kVecAng)[t] = ang;
+  }
+  if (tid < C) {
+    const int t = tid;
+    s.vv(kVecDgam)[t] = (t < len) ? -s.vv(kVecDyv)[t] * s.vv(kVecQkRaw)[t] + s.vv(kVecDsc)[t] : 0.f;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const float* xs = s.vv(kVecXs);
+    const float* uu = s.vv(kVecU);
+    const float* pv = s.vv(kVecP);
+    const float* dgam = s.vv(kVecDgam);
+    float sum_x = 0.f, sum_u = 0.f, sum_dyv = 0.f;
+#pragma unroll
+    for (int base = 0; base < C; base += 32) {
+      const int t = base + lane;
+      if (t < len) {
+        sum_x += xs[t];
+        sum_u += uu[t];
+        sum_dyv += s.vv(kVecDyv)[t];
+      }
+    }
+    sum_x = warp_sum(sum_x);
+    sum_u = warp_sum(sum_u);
+    bc.dd_sum += warp_sum(sum_dyv);
+    // The first token of the chunk after this one still waits for dgam of our last token.
+    if (!last_chunk && lane == 0) {
+      const int tg = sh.start + a + len;
+      const float pn = sigmoidf(bf2f(p.trap[sh.h * T + tg]));
+      const float dtn = p.dt[sh.h * T + tg];
+      const float dgl = dgam[len - 1];
+      p.ddt[sh.h * T + tg] = bc.ddt_first + dgl * (1.f - pn);
+      p.dtrap[sh.h * T + tg] = f2bf((bc.dp_first - dgl * dtn) * pn * (1.f - pn));
+    }
+    float ddt_first = bc.ddt_first, dp_first = bc.dp_first;
+#pragma unroll
+    for (int base = C - 32; base >= 0; base -= 32) {
+      const int t = base + lane;
+      float dc = 0.f;
+      if (t < len) {
+        dc = s.vv(kVecRowG)[t] - s.vv(kVecColG)[t] + uu[t] - xs[t];
+        if (t == len - 1) dc += sum_x + da + bc.dc_pending;
+      }
+      const float suffix = warp_suffix_sum(dc) + bc.dadt_run;
+      bc.dadt_run = __shfl_sync(0xffffffffu, suffix, 0);
+      if (t < len) {
+        const int tg = sh.start + a + t;
+        p.dadt[sh.h * T + tg] = suffix;
+        const float dsc = s.vv(kVecDsc)[t];
+        float ddt = dsc * pv[t] + s.vv(kVecAng)[t];
+        float dp = dsc * dtv[t];
+        if (t > 0) {
+          ddt += dgam[t - 1] * (1.f - pv[t]);
+          dp -= dgam[t - 1] * dtv[t];
+        }
+        if (t > 0 || a == 0) {
+          p.ddt[sh.h * T + tg] = ddt;
+          p.dtrap[sh.h * T + tg] = f2bf(dp * pv[t] * (1.f - pv[t]));
+        } else {
+          ddt_first = ddt;
+          dp_first = dp;
+        }
+      }
+    }
+    bc.ddt_first = __shfl_sync(0xffffffffu, ddt_first, 0);
+    bc.dp_first = __shfl_sync(0xffffffffu, dp_first, 0);
+    bc.dc_pending = -da - sum_u;
+  }
+  __syncthreads();
+}
+#endif
 
 M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len,
                            bool last_chunk, BackwardCarry& bc, float (&qb)[NPAIR / 32][2],
@@ -488,6 +637,9 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     if (lane == 0) s.vv(kVecDsc)[t] = dsc;
   }
   __syncthreads();
+#if M3_PARALLEL_SCALARS
+  backward_token_scalars_parallel(p, sh, s, a, len, last_chunk, da, bc);
+#else
   // Phi = reverse cumsum of dphi, carried across chunks; dangles follows from it.
   if (tid < A) {
     const int i = tid;
@@ -564,6 +716,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     bc.dc_pending = -da - sum_u;
   }
   __syncthreads();
+#endif
 }
 
 }  // namespace m3scan

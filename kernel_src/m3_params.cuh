@@ -60,7 +60,7 @@ struct M3ScanLayout {
 
 enum M3ScanVec {
   kVecCl, kVecE, kVecWb, kVecSc, kVecGam, kVecP, kVecDt, kVecQkRaw, kVecRowG, kVecColG,
-  kVecU, kVecXs, kVecDyv, kVecDsc, kVecAng, kVecCount
+  kVecU, kVecXs, kVecDyv, kVecDsc, kVecAng, kVecDgam, kVecCount
 };
 
 static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int threads, int pad) {

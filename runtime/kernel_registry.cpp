@@ -11,7 +11,8 @@ namespace {
 
 // The configurations each variant supports; warm-up compiles exactly these.
 const std::vector<OpConfig>& known_configs() {
-  static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256}};
+  static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256},
+                                                OpConfig{"v3", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -76,9 +77,20 @@ int seq_bucket(long long num_seqs) {
   return 0;
 }
 
-// v1 multiplies on the CUDA cores, v2 on tf32 tensor cores; the padding suits each access pattern.
-bool uses_mma(const OpConfig& c) { return c.variant != "v1"; }
-int smem_pad(const OpConfig& c) { return uses_mma(c) ? 4 : 1; }
+// What each variant switches on in the scan source. v1: CUDA-core fp32 tiles; v2: tf32 tensor
+// cores, with the padding that suits their fragments; v3: v2 plus the per-token scalar phases
+// (angle sums, their reverse, dadt and the dt/trap shift) spread over lanes instead of threads.
+struct VariantTraits {
+  bool mma;
+  int pad;
+  bool parallel_scalars;
+};
+VariantTraits traits(const OpConfig& c) {
+  if (c.variant == "v1") return {false, 1, false};
+  if (c.variant == "v2") return {true, 4, false};
+  return {true, 4, true};
+}
+int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
   require_known(c);
@@ -88,8 +100,10 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.code = "#include \"m3_chunk_scan.cuh\"\n";
   src.options = dims_options(c);
   src.options.push_back("-DM3_SEQ_BUCKET=" + std::to_string(bucket));
-  src.options.push_back("-DM3_USE_MMA=" + std::to_string(uses_mma(c) ? 1 : 0));
-  src.options.push_back("-DM3_PAD=" + std::to_string(smem_pad(c)));
+  const VariantTraits tr = traits(c);
+  src.options.push_back("-DM3_USE_MMA=" + std::to_string(tr.mma ? 1 : 0));
+  src.options.push_back("-DM3_PAD=" + std::to_string(tr.pad));
+  src.options.push_back("-DM3_PARALLEL_SCALARS=" + std::to_string(tr.parallel_scalars ? 1 : 0));
   src.arch = arch;
   return src;
 }
