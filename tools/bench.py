@@ -35,6 +35,17 @@ the chunk-entry states), so this too is a lower bound for a chunked implementati
 floor = max(FLOPs / peak FLOP/s, bytes / peak bandwidth). The default peaks are roughly those
 measured on an H200 (dense bf16 matmul, device-to-device copy); pass --peak-tflops and
 --peak-gbps for another GPU.
+
+Several solvers side by side
+----------------------------
+Give --solver more than once (e.g. a version snapshot and the current solver) to compare them in
+one run. Machine noise drifts over minutes, so timing one solver's whole panel and then the
+other's would fold that drift into the comparison. Instead, per case, the inputs are drawn once,
+every solver is warmed up, and the timing passes alternate between the solvers (--reps rounds,
+2 by default); each solver's latency is the median of all its timed calls. The eager baseline is
+timed once per case after the passes, so every solver's speedup has the same denominator and the
+ratio of two speedups is the ratio of their latencies. Rows are labelled by the solver's
+directory name (v1, v2, main), made unique where two solvers share one.
 """
 
 from __future__ import annotations
@@ -124,61 +135,167 @@ def profile_kernels(fn, args, device, iters=PROFILE_ITERS, flush_bytes=Hn.FLUSH_
             for name, (n, us) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1])}
 
 
-def bench_case(case, solver, opts):
+def solver_labels(paths) -> list:
+    """One label per solver path: its directory name, else directory/stem, else a #n suffix."""
+    paths = [Path(p).resolve() for p in paths]
+    labels = [p.parent.name or p.stem for p in paths]
+    if len(set(labels)) < len(labels):
+        labels = [f"{p.parent.name}/{p.stem}" if labels.count(lab) > 1 else lab
+                  for p, lab in zip(paths, labels)]
+    seen = defaultdict(int)
+    out = []
+    for lab in labels:
+        seen[lab] += 1
+        out.append(lab if labels.count(lab) == 1 else f"{lab}#{seen[lab]}")
+    return out
+
+
+def _warm_up(fn, args, device, n):
+    for _ in range(n):
+        out = fn(*args)
+        del out
+    Hn.synchronize(device)
+
+
+def bench_case(case, solvers, opts):
+    """Times every (label, fn) of ``solvers`` on one case.
+
+    Returns the case's shared fields (sizes, floor, baseline) and one record per solver label.
+    """
     device = opts.device
     inputs = Hn.draw(case, device)
     args = R.case_args(inputs)
-    results = solver(*args)
+    results = solvers[0][1](*args)
     Hn.synchronize(device)
     flops = model_flops(case["seq_lens"])
     nbytes = model_bytes(args, results)
     del results
-    kw = dict(device=device, warmup=opts.warmup, iters=opts.iters)
-    lat = Hn.median(Hn.time_calls(solver, args, **kw))
-    rec = {"name": case["name"], "seq_lens": case["seq_lens"], "T": sum(case["seq_lens"]),
-           "latency_ms": lat, "model_flops": flops, "model_bytes": nbytes,
-           "floor_us": floor_seconds(flops, nbytes, opts.peak_tflops, opts.peak_gbps) * 1e6}
-    rec["tflops"] = flops / (lat * 1e-3) / 1e12
-    rec["gbps"] = nbytes / (lat * 1e-3) / 1e9
-    rec["floor_fraction"] = rec["floor_us"] / (lat * 1e3)
+    common = {"name": case["name"], "seq_lens": case["seq_lens"], "T": sum(case["seq_lens"]),
+              "model_flops": flops, "model_bytes": nbytes,
+              "floor_us": floor_seconds(flops, nbytes, opts.peak_tflops, opts.peak_gbps) * 1e6}
+
+    for _, fn in solvers:
+        _warm_up(fn, args, device, opts.warmup)
+    # With a single solver nothing runs between its warm-up and its pass; with several, one
+    # untimed call per pass lets each solver find its own state again after the others ran.
+    rewarm = 1 if len(solvers) > 1 else 0
+    passes = {label: [] for label, _ in solvers}
+    for _ in range(opts.reps):
+        for label, fn in solvers:
+            passes[label].append(Hn.time_calls(fn, args, device=device, warmup=rewarm,
+                                               iters=opts.iters))
+
     if not opts.no_baseline:
-        rec["baseline_ms"] = Hn.median(Hn.time_calls(R.baseline_fwd_vjp, args, **kw))
-        rec["speedup"] = rec["baseline_ms"] / lat
-    if torch.device(device).type == "cuda" and not opts.no_profile:
-        kernels = profile_kernels(solver, args, device)
-        rec["kernels"] = kernels
-        rec["kernel_ms"] = sum(k["us_per_iter"] for k in kernels.values()) / 1e3
-        rec["host_overhead_ms"] = lat - rec["kernel_ms"]
+        common["baseline_ms"] = Hn.median(Hn.time_calls(
+            R.baseline_fwd_vjp, args, device=device, warmup=opts.warmup, iters=opts.iters))
+
+    per_solver = {}
+    for label, fn in solvers:
+        times = [t for p in passes[label] for t in p]
+        lat = Hn.median(times)
+        rec = {"latency_ms": lat, "pass_ms": [Hn.median(p) for p in passes[label]],
+               "times_ms": passes[label]}
+        rec["tflops"] = flops / (lat * 1e-3) / 1e12
+        rec["gbps"] = nbytes / (lat * 1e-3) / 1e9
+        rec["floor_fraction"] = common["floor_us"] / (lat * 1e3)
+        if "baseline_ms" in common:
+            rec["speedup"] = common["baseline_ms"] / lat
+        if torch.device(device).type == "cuda" and not opts.no_profile:
+            kernels = profile_kernels(fn, args, device)
+            rec["kernels"] = kernels
+            rec["kernel_ms"] = sum(k["us_per_iter"] for k in kernels.values()) / 1e3
+            rec["host_overhead_ms"] = lat - rec["kernel_ms"]
+        per_solver[label] = rec
     Hn.release(device)
-    return rec
+    return common, per_solver
 
 
-def print_case(rec):
+def single_record(common, per_solver) -> dict:
+    """The flat record of a one-solver run, as written before several solvers were possible."""
+    (rec,) = per_solver.values()
+    out = dict(common)
+    out.update(rec)
+    return out
+
+
+def print_kernels(rec, indent="    "):
     for name, k in (rec.get("kernels") or {}).items():
         short = name if len(name) <= 70 else name[:67] + "..."
-        Hn.log(f"    {k['us_per_iter']:>9.1f} us  x{k['calls_per_iter']:<5g} {short}")
+        Hn.log(f"{indent}{k['us_per_iter']:>9.1f} us  x{k['calls_per_iter']:<5g} {short}")
+
+
+def _f(x, spec):
+    return format(x, spec) if x is not None else "-"
 
 
 def print_table(records):
     Hn.log("")
     Hn.log(f"{'case':<8} {'T':>6} {'lat ms':>8} {'kern ms':>8} {'host ms':>8} {'floor us':>9} "
            f"{'%floor':>7} {'TFLOP/s':>8} {'GB/s':>7} {'base ms':>8} {'speedup':>8}")
-
-    def f(x, spec):
-        return format(x, spec) if x is not None else "-"
-
     for r in records:
         Hn.log(f"{r['name']:<8} {r['T']:>6} {r['latency_ms']:>8.3f} "
-               f"{f(r.get('kernel_ms'), '>8.3f'):>8} {f(r.get('host_overhead_ms'), '>8.3f'):>8} "
+               f"{_f(r.get('kernel_ms'), '>8.3f'):>8} {_f(r.get('host_overhead_ms'), '>8.3f'):>8} "
                f"{r['floor_us']:>9.1f} {100 * r['floor_fraction']:>6.1f}% {r['tflops']:>8.2f} "
-               f"{r['gbps']:>7.0f} {f(r.get('baseline_ms'), '>8.3f'):>8} "
-               f"{f(r.get('speedup'), '>7.2f'):>7}x")
+               f"{r['gbps']:>7.0f} {_f(r.get('baseline_ms'), '>8.3f'):>8} "
+               f"{_f(r.get('speedup'), '>7.2f'):>7}x")
     speedups = [r["speedup"] for r in records if "speedup" in r]
     if speedups:
         Hn.log(f"geomean speedup {Hn.geomean(speedups):.2f}x over {len(speedups)} case(s)")
 
 
-def plot(records, path):
+def print_case_table(common, per_solver):
+    """One row per solver; ``vs first`` is the first solver's latency over this one's."""
+    width = max(8, *(len(lab) for lab in per_solver))
+    Hn.log(f"    {'solver':<{width}} {'lat ms':>8} {'passes ms':>17} {'kern ms':>8} "
+           f"{'host ms':>8} {'%floor':>7} {'TFLOP/s':>8} {'GB/s':>7} {'speedup':>8} "
+           f"{'vs first':>8}")
+    first = next(iter(per_solver.values()))["latency_ms"]
+    for label, r in per_solver.items():
+        passes = "/".join(f"{p:.3f}" for p in r["pass_ms"])
+        Hn.log(f"    {label:<{width}} {r['latency_ms']:>8.3f} {passes:>17} "
+               f"{_f(r.get('kernel_ms'), '>8.3f'):>8} {_f(r.get('host_overhead_ms'), '>8.3f'):>8} "
+               f"{100 * r['floor_fraction']:>6.1f}% {r['tflops']:>8.2f} {r['gbps']:>7.0f} "
+               f"{_f(r.get('speedup'), '>7.2f'):>7}x {first / r['latency_ms']:>7.2f}x")
+    if "baseline_ms" in common:
+        Hn.log(f"    {'baseline':<{width}} {common['baseline_ms']:>8.3f}   "
+               f"(floor {common['floor_us']:.1f} us)")
+
+
+def geomeans(records, labels) -> dict:
+    out = {}
+    for label in labels:
+        speedups = [r["solvers"][label]["speedup"] for r in records
+                    if "speedup" in r["solvers"][label]]
+        out[label] = {"geomean_speedup": Hn.geomean(speedups) if speedups else None,
+                      "cases": len(speedups)}
+    return out
+
+
+def print_summary(records, labels, summary):
+    width = max(8, *(len(lab) for lab in labels))
+    head = f"{'case':<8} {'T':>6} {'base ms':>8}"
+    head += "".join(f" {lab + ' ms':>{width + 3}} {'x':>7}" for lab in labels)
+    Hn.log("")
+    Hn.log(head)
+    for r in records:
+        line = f"{r['name']:<8} {r['T']:>6} {_f(r.get('baseline_ms'), '>8.3f'):>8}"
+        for lab in labels:
+            s = r["solvers"][lab]
+            line += f" {s['latency_ms']:>{width + 3}.3f} {_f(s.get('speedup'), '>6.2f'):>6}x"
+        Hn.log(line)
+    if any(summary[lab]["geomean_speedup"] is not None for lab in labels):
+        line = f"{'geomean':<8} {'':>6} {'':>8}"
+        for lab in labels:
+            line += f" {'':>{width + 3}} {_f(summary[lab]['geomean_speedup'], '>6.2f'):>6}x"
+        Hn.log(line)
+        for lab in labels:
+            g = summary[lab]["geomean_speedup"]
+            if g is not None:
+                Hn.log(f"geomean speedup {g:.2f}x over {summary[lab]['cases']} case(s): {lab}")
+
+
+def plot(records, path, labels=None):
+    """``records`` are flat one-solver records, or multi-solver ones when ``labels`` is given."""
     try:
         import matplotlib
 
@@ -187,16 +304,27 @@ def plot(records, path):
     except ImportError:
         Hn.log(f"bench: matplotlib is not importable; no plot written to {path}")
         return
+    if labels is None:
+        labels = ["solver"]
+        records = [dict(r, solvers={"solver": r}) for r in records]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = [r["name"] for r in records]
-    if any("speedup" in r for r in records):
-        ax1.bar(names, [r.get("speedup", 0.0) for r in records], color="tab:blue")
+    width = 0.8 / len(labels)
+    xs = range(len(names))
+    if any("speedup" in r["solvers"][lab] for r in records for lab in labels):
+        for i, lab in enumerate(labels):
+            ax1.bar([x + (i - (len(labels) - 1) / 2) * width for x in xs],
+                    [r["solvers"][lab].get("speedup", 0.0) for r in records], width, label=lab)
         ax1.axhline(1.0, color="grey", lw=0.8)
+        if len(labels) > 1:
+            ax1.legend()
+    ax1.set_xticks(list(xs), names)
     ax1.set_title("speedup over the eager baseline")
     ax1.set_ylabel("x")
     order = sorted(records, key=lambda r: r["T"])
     Ts = [r["T"] for r in order]
-    ax2.plot(Ts, [r["latency_ms"] for r in order], "o-", label="solver")
+    for lab in labels:
+        ax2.plot(Ts, [r["solvers"][lab]["latency_ms"] for r in order], "o-", label=lab)
     if all("baseline_ms" in r for r in order):
         ax2.plot(Ts, [r["baseline_ms"] for r in order], "s-", label="baseline")
     ax2.plot(Ts, [r["floor_us"] / 1e3 for r in order], "--", label="floor model")
@@ -213,18 +341,30 @@ def plot(records, path):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=str(Hn.DEFAULT_CASES), help="panel JSON")
-    ap.add_argument("--solver", default=str(Hn.DEFAULT_SOLVER), help="solver.py to time")
+    ap.add_argument("--solver", action="append", default=None, metavar="SOLVER_PY",
+                    help="solver.py to time; repeat to time several side by side, the first "
+                         f"being the reference of 'vs first' (default {Hn.DEFAULT_SOLVER})")
     ap.add_argument("--cases-filter", default=None, metavar="NAME")
     ap.add_argument("--json", default=None, metavar="OUT")
     ap.add_argument("--png", default=None, metavar="OUT")
     ap.add_argument("--no-baseline", action="store_true", help="skip timing the eager baseline")
     ap.add_argument("--no-profile", action="store_true", help="skip the per-kernel profile")
     ap.add_argument("--warmup", type=int, default=Hn.WARMUP)
-    ap.add_argument("--iters", type=int, default=Hn.ITERS)
+    ap.add_argument("--iters", type=int, default=Hn.ITERS, help="timed calls per pass")
+    ap.add_argument("--reps", type=int, default=None,
+                    help="timing passes per solver and case, interleaved across solvers "
+                         "(default 1 with one solver, 2 with several)")
     ap.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS)
     ap.add_argument("--peak-gbps", type=float, default=PEAK_GBPS)
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    opts = ap.parse_args(argv)
+    if not opts.solver:
+        opts.solver = [str(Hn.DEFAULT_SOLVER)]
+    if opts.reps is None:
+        opts.reps = 1 if len(opts.solver) == 1 else 2
+    if opts.reps < 1 or opts.iters < 1:
+        ap.error("--reps and --iters must be at least 1")
+    return opts
 
 
 def main(argv=None) -> int:
@@ -236,22 +376,47 @@ def main(argv=None) -> int:
     if not cases:
         Hn.log(f"bench: no cases in {opts.cases} match {opts.cases_filter!r}")
         return 1
-    solver = Hn.load_solver(opts.solver)
+    labels = solver_labels(opts.solver)
+    solvers = [(lab, Hn.load_solver(p)) for lab, p in zip(labels, opts.solver)]
+    single = len(solvers) == 1
+    if not single:
+        Hn.log("bench: " + ", ".join(f"{lab} = {p}" for lab, p in zip(labels, opts.solver)))
     records = []
     for i, case in enumerate(cases):
         Hn.log(f"[{i + 1}/{len(cases)}] {case['name']} T={sum(case['seq_lens'])}")
-        rec = bench_case(case, solver, opts)
-        print_case(rec)
+        common, per_solver = bench_case(case, solvers, opts)
+        if single:
+            rec = single_record(common, per_solver)
+            print_kernels(rec)
+        else:
+            rec = dict(common, solvers=per_solver)
+            for lab, r in per_solver.items():
+                if r.get("kernels"):
+                    Hn.log(f"  {lab}:")
+                    print_kernels(r)
+            print_case_table(common, per_solver)
         records.append(rec)
-    print_table(records)
+    summary = None
+    if single:
+        print_table(records)
+    else:
+        summary = geomeans(records, labels)
+        print_summary(records, labels, summary)
     if opts.json:
         meta = {"chunk": CHUNK, "peak_tflops": opts.peak_tflops, "peak_gbps": opts.peak_gbps,
-                "solver": str(opts.solver), "device": opts.device,
+                "device": opts.device, "warmup": opts.warmup, "iters": opts.iters,
+                "reps": opts.reps,
                 "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+        if single:
+            meta["solver"] = str(opts.solver[0])
+            doc = {"meta": meta, "cases": records}
+        else:
+            meta["solvers"] = {lab: str(p) for lab, p in zip(labels, opts.solver)}
+            doc = {"meta": meta, "solvers": labels, "cases": records, "summary": summary}
         with open(opts.json, "w") as f:
-            json.dump({"meta": meta, "cases": records}, f, indent=1)
+            json.dump(doc, f, indent=1)
     if opts.png:
-        plot(records, opts.png)
+        plot(records, opts.png, None if single else labels)
     return 0
 
 

@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -9,7 +10,11 @@ for p in (REPO / "python", REPO):
         sys.path.insert(0, str(p))
 
 # The contract files live in a sibling checkout; tests that need them skip when it is absent.
-SHARED = REPO.parent / "shared"
+# Where the checkout is copied without that sibling (e.g. onto a GPU machine), the variable
+# points at wherever the contract files were put instead.
+SHARED_ENV = "MAMBA3_JIT_SHARED_DIR"
+SHARED = (Path(os.environ[SHARED_ENV]).expanduser() if os.environ.get(SHARED_ENV)
+          else REPO.parent / "shared")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,7 +31,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def shared_dir():
     if not SHARED.is_dir():
-        pytest.skip(f"contract files not found: {SHARED} is absent")
+        pytest.skip(f"contract files not found: {SHARED} is absent (set {SHARED_ENV} to "
+                    "their folder)")
     return SHARED
 
 

@@ -179,3 +179,55 @@ def test_bench_runs_on_cpu(panel, tmp_path, capsys):
     assert recs[0]["model_bytes"] == bench.model_bytes(args, R.baseline_fwd_vjp(*args))
     assert recs[0]["latency_ms"] > 0 and recs[0]["speedup"] > 0
     assert "geomean speedup" in capsys.readouterr().out
+
+
+def test_bench_solver_labels():
+    from tools import bench
+
+    assert bench.solver_labels(["a/v1/solver.py", "a/main/solver.py"]) == ["v1", "main"]
+    assert bench.solver_labels(["d/one.py", "d/two.py"]) == ["d/one", "d/two"]
+    assert bench.solver_labels(["m/solver.py", "m/solver.py"]) == ["m/solver#1", "m/solver#2"]
+
+
+def test_bench_two_solvers_side_by_side(panel, tmp_path, capsys):
+    from tools import bench
+
+    cases, paths = panel
+    # Two copies in directories of their own, as methods/versions/v1 and methods/main are laid
+    # out, so that the labels are the directory names.
+    solver_paths = []
+    for label, src in (("v1", "good"), ("v2", "noisy")):
+        d = tmp_path / label
+        d.mkdir()
+        (d / "solver.py").write_text(paths[src].read_text())
+        solver_paths.append(d / "solver.py")
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--device", "cpu", "--cases", str(cases), "--solver", str(solver_paths[0]),
+                     "--solver", str(solver_paths[1]), "--warmup", "1", "--iters", "2",
+                     "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["solvers"] == ["v1", "v2"]
+    assert set(report["meta"]["solvers"]) == {"v1", "v2"} and report["meta"]["reps"] == 2
+    assert [c["name"] for c in report["cases"]] == ["x0", "x1"]
+    for case in report["cases"]:
+        assert case["baseline_ms"] > 0 and case["model_bytes"] > 0
+        for label in ("v1", "v2"):
+            s = case["solvers"][label]
+            assert s["latency_ms"] > 0 and s["speedup"] > 0
+            assert len(s["times_ms"]) == 2 and all(len(p) == 2 for p in s["times_ms"])
+            assert len(s["pass_ms"]) == 2
+    for label in ("v1", "v2"):
+        assert report["summary"][label]["cases"] == 2
+        assert report["summary"][label]["geomean_speedup"] > 0
+    text = capsys.readouterr().out
+    assert "v1 ms" in text and "v2 ms" in text
+    assert "geomean speedup" in text and ": v2" in text
+
+
+def test_bench_default_solver_is_main():
+    from tools import bench
+
+    opts = bench.parse_args([])
+    assert opts.solver == [str(Hn.DEFAULT_SOLVER)] and opts.reps == 1
+    assert bench.parse_args(["--solver", "a.py", "--solver", "b.py"]).reps == 2
