@@ -17,6 +17,9 @@
 #ifndef M3_PARALLEL_SCALARS
 #define M3_PARALLEL_SCALARS 0
 #endif
+#ifndef M3_VECTOR_IO
+#define M3_VECTOR_IO 0
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -48,6 +51,83 @@ using Tile = RegTile<M, NC, TM, TN, NT>;
 static_assert(C % 32 == 0 && C <= 64, "chunk must be 32 or 64");
 static_assert(N % 64 == 0 && 2 * A <= N && A <= 32, "head dims out of the supported family");
 static_assert(NT == 256, "tiles are laid out for 256 threads");
+
+// Bias-gradient partial sums each thread keeps across the backward walk.
+#if M3_VECTOR_IO
+constexpr int kBiasRegs = 8;
+static_assert(M3_PAD % 4 == 0 && N % 8 == 0 && P % 8 == 0, "vector I/O needs 16-byte aligned rows");
+#else
+constexpr int kBiasRegs = 2 * (NPAIR / 32);
+#endif
+
+#if M3_VECTOR_IO
+// Staging from global memory issues every load of a thread before its first shared-memory store:
+// the kernel parameters are generic pointers, so the compiler may not move a load above a store
+// itself, and one CTA per SM cannot hide a load latency per element.
+M3_DEV uint4 ldg16(const void* ptr) { return *reinterpret_cast<const uint4*>(ptr); }
+
+M3_DEV void unpack_bf16x8(const uint4& u, float (&f)[8]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    f[2 * j] = __uint_as_float(w[j] << 16);
+    f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+  }
+}
+
+M3_DEV void load_f32x8(const float* src, float (&f)[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(src);
+  const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+  f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
+  f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+}
+
+M3_DEV void store_f32x8(float* dst, const float (&f)[8]) {
+  *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
+  *reinterpret_cast<float4*>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// rows x COLS bf16 values, rows `row_stride` elements apart in `a` (and in `b` when given), into
+// shared floats combine(a, b); rows at or past `valid` become zero.
+template <int ROWS, int COLS, class Combine>
+M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_stride, int valid, float* dst,
+                            int ld, Combine combine) {
+  constexpr int OCT = COLS / 8, TOTAL = ROWS * OCT, ITERS = (TOTAL + NT - 1) / NT;
+  uint4 ua[ITERS], ub[ITERS];
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * NT, r = e / OCT, o = e % OCT;
+    const bool live = e < TOTAL && r < valid;
+    ua[it] = live ? ldg16(a + r * row_stride + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    ub[it] = (live && b) ? ldg16(b + r * row_stride + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * NT, r = e / OCT, o = e % OCT;
+    if (e >= TOTAL) continue;
+    float fa[8], fb[8], out[8];
+    unpack_bf16x8(ua[it], fa);
+    unpack_bf16x8(ub[it], fb);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = r < valid ? combine(fa[j], fb[j]) : 0.f;
+    store_f32x8(dst + r * ld + 8 * o, out);
+  }
+}
+
+// A P x N fp32 state from global memory into padded shared rows.
+M3_DEV void stage_state(const float* src, float* dst) {
+  constexpr int QUADS = P * N / 4, ITERS = QUADS / NT;
+  static_assert(ITERS * NT == QUADS, "state must split evenly over the block");
+  float4 u[ITERS];
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) u[it] = reinterpret_cast<const float4*>(src)[threadIdx.x + it * NT];
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = 4 * (threadIdx.x + it * NT);
+    *reinterpret_cast<float4*>(dst + (e / N) * LDN + (e % N)) = u[it];
+  }
+}
+#endif
 
 struct Smem {
   float* qr;
@@ -202,6 +282,60 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     s.vv(kVecE)[t] = expf(cl[t]);
     s.vv(kVecWb)[t] = (t < len) ? expf(cl[len - 1] - cl[t]) : 0.f;
   }
+#if M3_VECTOR_IO
+  // q/k rows: 16 lanes per token, 8 consecutive columns (4 rotary pairs) per lane.
+  {
+    constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS;
+    static_assert(ROWS * PASSES == C && OCT == 16, "q/k staging expects 16 octets per row");
+    const int o = tid % OCT, r0 = tid / OCT;
+    uint4 qv[PASSES], kv[PASSES];
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ps * ROWS + r0;
+      const long long tg = sh.start + a + t;
+      qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+      kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float qb[8], kb[8];
+    load_f32x8(p.q_bias + sh.h * N + 8 * o, qb);
+    load_f32x8(p.k_bias + sh.h * N + 8 * o, kb);
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ps * ROWS + r0;
+      const bool live = t < len;
+      float qh[8], kh[8];
+      unpack_bf16x8(qv[ps], qh);
+      unpack_bf16x8(kv[ps], kh);
+      float raw = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        qh[j] = live ? qh[j] + qb[j] : 0.f;
+        kh[j] = live ? kh[j] + kb[j] : 0.f;
+        raw = fmaf(qh[j], kh[j], raw);
+      }
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        const int pair = 4 * o + jp;
+        if (live && pair < A) {
+          float sn, cs;
+          sincosf(s.phi[t * A + pair], &sn, &cs);
+          const float q0 = qh[2 * jp], q1 = qh[2 * jp + 1], k0 = kh[2 * jp], k1 = kh[2 * jp + 1];
+          qh[2 * jp] = q0 * cs - q1 * sn;
+          qh[2 * jp + 1] = q0 * sn + q1 * cs;
+          kh[2 * jp] = k0 * cs - k1 * sn;
+          kh[2 * jp + 1] = k0 * sn + k1 * cs;
+        }
+      }
+      store_f32x8(s.qr + t * LDN + 8 * o, qh);
+      store_f32x8(s.kr + t * LDN + 8 * o, kh);
+#pragma unroll
+      for (int off = OCT / 2; off > 0; off >>= 1) raw += __shfl_xor_sync(0xffffffffu, raw, off);
+      if (o == 0) s.vv(kVecQkRaw)[t] = raw;
+    }
+  }
+  stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
+                        static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+#else
   // q/k rows: a warp per token, a lane per rotary pair.
 #if !M3_PARALLEL_SCALARS
   const int warp = tid >> 5, lane = tid & 31;
@@ -245,6 +379,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     }
     s.v[t * LDP + pp] = val;
   }
+#endif
   __syncthreads();
 }
 
@@ -444,8 +579,8 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 #endif
 
 M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len,
-                           bool last_chunk, BackwardCarry& bc, float (&qb)[NPAIR / 32][2],
-                           float (&kb)[NPAIR / 32][2]) {
+                           bool last_chunk, BackwardCarry& bc, float (&qb)[kBiasRegs],
+                           float (&kb)[kBiasRegs]) {
   const int H = p.H;
   const int T = p.T;
   const int tid = threadIdx.x;
@@ -458,6 +593,13 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   load_chunk(p, sh, s, a, len);
   {
     const float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
+#if M3_VECTOR_IO
+    stage_state(saved, s.st);
+    const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
+    stage_bf16_rows<C, P>(p.dout + row0, p.z + row0, static_cast<long long>(H) * P, len, s.dy, LDP,
+                          [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+  }
+#else
     for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = saved[e];
     for (int e = tid; e < C * P; e += NT) {
       const int t = e / P, c = e % P;
@@ -470,6 +612,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
       s.dy[t * LDP + c] = val;
     }
   }
+#endif
   build_mixing(s, len);  // ends with a barrier, which also covers st and dy
 
   const float* cl = s.vv(kVecCl);
@@ -586,6 +729,87 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     });
     da = alpha * block_sum<NT>(part, s.red);
   }
+#if M3_VECTOR_IO
+  // Per-token epilogue: 16 lanes per token, 8 consecutive columns (4 rotary pairs) per lane.
+  {
+    constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS;
+    const int o = tid % OCT, r0 = tid / OCT;
+    uint4 qv[PASSES], kv[PASSES];
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ps * ROWS + r0;
+      const long long tg = sh.start + a + t;
+      qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+      kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float qbias[8], kbias[8];
+    load_f32x8(p.q_bias + sh.h * N + 8 * o, qbias);
+    load_f32x8(p.k_bias + sh.h * N + 8 * o, kbias);
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ps * ROWS + r0;
+      const bool live = t < len;
+      float dsc = 0.f;
+      if (live) {
+        const int tg = sh.start + a + t;
+        const float dqk = -s.vv(kVecDyv)[t];
+        const float g = dqk * gam[t];
+        float dqr[8], dks[8], kr[8], qr[8], qh[8], kh[8], dkr[8];
+        load_f32x8(s.t1 + t * LDN + 8 * o, dqr);
+        load_f32x8(s.t2 + t * LDN + 8 * o, dks);
+        load_f32x8(s.kr + t * LDN + 8 * o, kr);
+        load_f32x8(s.qr + t * LDN + 8 * o, qr);
+        unpack_bf16x8(qv[ps], qh);
+        unpack_bf16x8(kv[ps], kh);
+        float dfk[8];
+        {
+          const bool last_token = a + t == sh.len - 1;
+          const float4* src = reinterpret_cast<const float4*>(p.dfinal_k + (sh.seq * H + sh.h) * N + 8 * o);
+          const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+          const float4 lo = last_token ? src[0] : zero4, hi = last_token ? src[1] : zero4;
+          dfk[0] = lo.x; dfk[1] = lo.y; dfk[2] = lo.z; dfk[3] = lo.w;
+          dfk[4] = hi.x; dfk[5] = hi.y; dfk[6] = hi.z; dfk[7] = hi.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          dsc = fmaf(dks[j], kr[j], dsc);
+          dkr[j] = sc[t] * dks[j] + dfk[j];
+          qh[j] += qbias[j];
+          kh[j] += kbias[j];
+        }
+        float uq[8], uk[8];
+#pragma unroll
+        for (int jp = 0; jp < 4; ++jp) {
+          const int pair = 4 * o + jp, n0 = 2 * jp, n1 = n0 + 1;
+          uq[n0] = dqr[n0]; uq[n1] = dqr[n1]; uk[n0] = dkr[n0]; uk[n1] = dkr[n1];
+          if (pair < A) {
+            s.dphi[t * A + pair] = qr[n0] * dqr[n1] - qr[n1] * dqr[n0] + kr[n0] * dkr[n1] - kr[n1] * dkr[n0];
+            float sn, cs;
+            sincosf(s.phi[t * A + pair], &sn, &cs);
+            uq[n0] = dqr[n0] * cs + dqr[n1] * sn;
+            uq[n1] = -dqr[n0] * sn + dqr[n1] * cs;
+            uk[n0] = dkr[n0] * cs + dkr[n1] * sn;
+            uk[n1] = -dkr[n0] * sn + dkr[n1] * cs;
+          }
+        }
+        float dqh[8], dkh[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          dqh[j] = fmaf(g, kh[j], uq[j]);
+          dkh[j] = fmaf(g, qh[j], uk[j]);
+          qb[j] += dqh[j];
+          kb[j] += dkh[j];
+        }
+        const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
+        store_f32x8(p.ws_dqh + base, dqh);
+        store_f32x8(p.ws_dkh + base, dkh);
+      }
+#pragma unroll
+      for (int off = OCT / 2; off > 0; off >>= 1) dsc += __shfl_xor_sync(0xffffffffu, dsc, off);
+      if (live && o == 0) s.vv(kVecDsc)[t] = dsc;
+    }
+  }
+#else
   // Per-token epilogue: a warp per token, a lane per rotary pair.
   for (int t = warp; t < len; t += NW) {
     const int tg = sh.start + a + t;
@@ -628,14 +852,15 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
       p.ws_dqh[base + n1] = dqh1;
       p.ws_dkh[base + n0] = dkh0;
       p.ws_dkh[base + n1] = dkh1;
-      qb[m][0] += dqh0;
-      qb[m][1] += dqh1;
-      kb[m][0] += dkh0;
-      kb[m][1] += dkh1;
+      qb[2 * m] += dqh0;
+      qb[2 * m + 1] += dqh1;
+      kb[2 * m] += dkh0;
+      kb[2 * m + 1] += dkh1;
     }
     dsc = warp_sum(dsc);
     if (lane == 0) s.vv(kVecDsc)[t] = dsc;
   }
+#endif
   __syncthreads();
 #if M3_PARALLEL_SCALARS
   backward_token_scalars_parallel(p, sh, s, a, len, last_chunk, da, bc);
@@ -761,28 +986,41 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   for (int e = tid; e < P * N; e += NT) s.ds[(e / N) * LDN + (e % N)] = p.dfinal_ssm[sh_row * P * N + e];
   if (tid < A) s.big_phi_carry()[tid] = 0.f;
   BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
-  float qb[NPAIR / 32][2] = {}, kb[NPAIR / 32][2] = {};
+  float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
   __syncthreads();
   for (int j = nchunks - 1; j >= 0; --j) {
     const int a = j * C;
     backward_chunk(p, sh, s, j, a, min(C, sh.len - a), j == nchunks - 1, bc, qb, kb);
   }
-  // Per-(sequence, head) partial sums of the bias and skip gradients, reduced over warps in a
-  // fixed order.
+  // Per-(sequence, head) partial sums of the bias and skip gradients, reduced over the threads
+  // that own the same columns in a fixed order.
+#if M3_VECTOR_IO
+  constexpr int kGroups = NT / (N / 8);
+  {
+    const int o = tid % (N / 8), grp = tid / (N / 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s.t1[grp * 2 * N + 8 * o + j] = qb[j];
+      s.t1[grp * 2 * N + N + 8 * o + j] = kb[j];
+    }
+  }
+#else
+  constexpr int kGroups = NW;
   const int warp = tid >> 5, lane = tid & 31;
 #pragma unroll
   for (int m = 0; m < NPAIR / 32; ++m) {
     const int n0 = 2 * (lane + 32 * m);
-    s.t1[warp * 2 * N + n0] = qb[m][0];
-    s.t1[warp * 2 * N + n0 + 1] = qb[m][1];
-    s.t1[warp * 2 * N + N + n0] = kb[m][0];
-    s.t1[warp * 2 * N + N + n0 + 1] = kb[m][1];
+    s.t1[warp * 2 * N + n0] = qb[2 * m];
+    s.t1[warp * 2 * N + n0 + 1] = qb[2 * m + 1];
+    s.t1[warp * 2 * N + N + n0] = kb[2 * m];
+    s.t1[warp * 2 * N + N + n0 + 1] = kb[2 * m + 1];
   }
+#endif
   __syncthreads();
   float* part = p.ws_partial + sh_row * (2 * N + 1);
   for (int c = tid; c < 2 * N; c += NT) {
     float acc = 0.f;
-    for (int w = 0; w < NW; ++w) acc += s.t1[w * 2 * N + c];
+    for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
     part[c] = acc;
   }
   if (tid == 0) part[2 * N] = bc.dd_sum;

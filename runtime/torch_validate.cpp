@@ -60,6 +60,11 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
     TORCH_CHECK_VALUE(t.is_contiguous(), "mamba3_jit: argument '", kArgNames[i],
                       "' expected a contiguous tensor, got strides ", shape_str(t.strides()),
                       " for shape ", shape_str(t.sizes()), "; call .contiguous() first");
+    // The kernels read rows with 16-byte vector loads.
+    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "mamba3_jit: argument '", kArgNames[i],
+                      "' expected a 16-byte aligned data pointer, got one at offset ",
+                      reinterpret_cast<uintptr_t>(t.data_ptr()) % 16,
+                      " (a view with a storage offset?); call .clone() first");
   }
 
   Problem pb;

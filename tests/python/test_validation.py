@@ -84,6 +84,15 @@ def test_non_contiguous_rejected(case):
     _expect(ValueError, _args(case, v=strided), "'v'", "contiguous")
 
 
+def test_misaligned_view_rejected(case):
+    v = case["v"]
+    flat = torch.empty(v.numel() + 1, dtype=v.dtype)
+    shifted = flat[1:].view(v.shape)
+    shifted.copy_(v)
+    assert shifted.is_contiguous()
+    _expect(ValueError, _args(case, v=shifted), "'v'", "16-byte aligned")
+
+
 def test_mixed_devices_rejected(case):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device for a second device type")
@@ -114,4 +123,5 @@ def test_specializations_listed():
     names = mamba3_jit.specializations("sm_90a")
     assert any(n.startswith("m3_chunk_scan[v1,") for n in names)
     assert any(n.startswith("m3_chunk_scan[v2,") for n in names)
+    assert any(n.startswith("m3_chunk_scan[v4,") for n in names)
     assert any(n.startswith("m3_reduce") for n in names)
