@@ -186,6 +186,9 @@ M3_DEV SeqHead locate(const M3Params& p) {
   sh.seq = blockIdx.y;
   sh.start = p.cu_seqlens[sh.seq];
   sh.len = p.cu_seqlens[sh.seq + 1] - sh.start;
+  // The host checks the boundaries except under graph capture; reading past the inputs would be
+  // silent garbage, so a bad boundary stops the kernel with an error instead.
+  if (sh.start < 0 || sh.len < 0 || sh.start + sh.len > p.T) __trap();
   int base = 0;
 #if M3_SEQ_BUCKET > 0
 #pragma unroll

@@ -19,10 +19,12 @@ struct Problem {
   int64_t max_len = 0;
 };
 
-// Checks dtype, shape, device, contiguity and the cu_seqlens values of the 17 arguments, in
-// signature order. Throws c10::TypeError for a wrong dtype and c10::ValueError otherwise, naming
-// the argument, what was expected and what was given. Touches no argument and launches nothing
-// (a CUDA cu_seqlens is read back with one small copy).
-Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda);
+// Checks dtype, shape, device, contiguity, alignment and (with check_values) the cu_seqlens
+// values of the 17 arguments, in signature order. Throws c10::TypeError for a wrong dtype and
+// c10::ValueError otherwise, naming the argument, what was expected and what was given. Touches
+// no argument and launches nothing; a CUDA cu_seqlens is read back with one small copy, which is
+// why a caller inside CUDA graph capture passes check_values = false (the kernels then guard the
+// boundaries themselves and trap on bad ones).
+Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values = true);
 
 }  // namespace mamba3_jit

@@ -1,0 +1,116 @@
+"""Streams, CUDA graphs and memory: concurrent callers on two streams, capture and replay with new
+values, a clear error for JIT work inside capture, and no memory growth over many calls."""
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import mamba3_jit
+from mamba3_jit.reference import ARG_NAMES, RESULT_NAMES, case_args, compare, make_case, reference_fwd_vjp
+
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = {"variant": "v4"}
+
+
+def _op(*args):
+    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args, config=CONFIG)
+
+
+def _assert_correct(case, result):
+    report = compare(result, reference_fwd_vjp(*case_args(case)), case["cu_seqlens"])
+    assert report["ok"], report["failures"]
+
+
+def test_two_threads_two_streams():
+    cases = [make_case([150, 77, 0], seed=21, device="cuda"), make_case([300, 5], seed=22, device="cuda")]
+    results, errors = [None, None], []
+
+    def worker(i):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    results[i] = _op(*case_args(cases[i]))
+            stream.synchronize()
+        except Exception as e:  # surfaced below with the thread's index
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for case, result in zip(cases, results):
+        _assert_correct(case, result)
+
+
+def test_graph_capture_replays_with_new_values():
+    seq_lens = [129, 150, 191]
+    static = make_case(seq_lens, seed=31, device="cuda")
+    args = case_args(static)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _op(*args)  # loads the kernels before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _op(*args)
+    fresh = make_case(seq_lens, seed=32, device="cuda")
+    for name in ARG_NAMES:
+        if name != "cu_seqlens":
+            static[name].copy_(fresh[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_correct(fresh, captured)
+    direct = _op(*case_args(fresh))
+    for n, x, y in zip(RESULT_NAMES, captured, direct):
+        assert torch.equal(x, y), f"{n}: graph replay differs from a direct call"
+
+
+def test_jit_inside_capture_is_a_clear_error():
+    # A fresh process, so that no kernel of this shape is loaded yet.
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / 'python')!r})
+        import torch, mamba3_jit
+        from mamba3_jit.reference import make_case, case_args
+        args = case_args(make_case([40, 9], seed=1, device="cuda"))
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args, config={{"variant": "v4"}})
+        except RuntimeError as e:
+            print("ERROR:", e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "capturing a CUDA graph" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_no_memory_growth_over_1000_calls():
+    case = make_case([64, 31, 1], seed=41, device="cuda")
+    args = case_args(case)
+    for _ in range(3):
+        _op(*args)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for _ in range(1000):
+        _op(*args)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_out_of_memory_is_a_clear_error():
+    # T near the limit with many heads asks for far more workspace than the card has.
+    T, H = 1 << 22, 1024
+    seq_lens = [T]
+    with pytest.raises((torch.OutOfMemoryError, RuntimeError), match="(?i)out of memory|allocate"):
+        big = make_case(seq_lens, seed=1, device="cuda", H=H)
+        _op(*case_args(big))
