@@ -20,6 +20,12 @@
 #ifndef M3_VECTOR_IO
 #define M3_VECTOR_IO 0
 #endif
+#ifndef M3_STAGE_ALL
+#define M3_STAGE_ALL 0
+#endif
+#if M3_STAGE_ALL && !(M3_VECTOR_IO && M3_PARALLEL_SCALARS)
+#error "M3_STAGE_ALL builds on M3_VECTOR_IO and M3_PARALLEL_SCALARS"
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -240,6 +246,26 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #if M3_PARALLEL_SCALARS
   // Angle sums: th * dt for every (token, angle) at once, then one warp scan per angle index.
   const int warp = tid >> 5, lane = tid & 31;
+#if M3_STAGE_ALL
+  {
+    constexpr int ITERS = C * A / NT;
+    static_assert(ITERS * NT == C * A, "angles must split evenly over the block");
+    m3_bf16 raw[ITERS];
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int e = tid + it * NT, t = e / A, i = e % A;
+      raw[it] = t < len ? p.angles[(static_cast<long long>(sh.start + a + t) * H + sh.h) * A + i]
+                        : static_cast<m3_bf16>(0);
+    }
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int e = tid + it * NT, t = e / A;
+      const float th = t < len ? kM3Pi * tanhf(bf2f(raw[it])) : 0.f;
+      s.th[e] = th;
+      s.phi[e] = th * s.vv(kVecDt)[t];
+    }
+  }
+#else
   for (int e = tid; e < C * A; e += NT) {
     const int t = e / A, i = e % A;
     float th = 0.f;
@@ -250,6 +276,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     s.th[e] = th;
     s.phi[e] = th * s.vv(kVecDt)[t];
   }
+#endif
   __syncthreads();
   for (int i = warp; i < A; i += NW) {
     float carry = s.phi_carry()[i];
@@ -409,6 +436,17 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
     p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + threadIdx.x] = s.phi_carry()[threadIdx.x];
   }
   load_chunk(p, sh, s, a, len);
+#if M3_STAGE_ALL
+  // The gate's inputs, staged while dy and t1 are idle in the forward walk; build_mixing's
+  // closing barrier publishes them.
+  {
+    const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
+    stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
+                          [](float x, float) { return x; });
+    stage_bf16_rows<C, P>(p.dout + row0, nullptr, static_cast<long long>(H) * P, len, s.t1, LDN,
+                          [](float x, float) { return x; });
+  }
+#endif
   build_mixing(s, len);
 
   const float dh = p.d[sh.h];
@@ -425,10 +463,16 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
       if (r < len) {
         const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[r * LDP + c];
         const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
+#if M3_STAGE_ALL
+        const float zz = s.dy[r * LDP + c];
+        const float dout = s.t1[r * LDN + c];
+#else
         const float zz = bf2f(p.z[idx]);
+        const float dout = bf2f(p.dout[idx]);
+#endif
         const float sg = sigmoidf(zz);
         p.output[idx] = f2bf(y * zz * sg);
-        p.dz[idx] = f2bf(bf2f(p.dout[idx]) * y * sg * (1.f + zz * (1.f - sg)));
+        p.dz[idx] = f2bf(dout * y * sg * (1.f + zz * (1.f - sg)));
       }
     });
   }

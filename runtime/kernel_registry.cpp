@@ -12,7 +12,8 @@ namespace {
 // The configurations each variant supports; warm-up compiles exactly these.
 const std::vector<OpConfig>& known_configs() {
   static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256},
-                                                OpConfig{"v3", 32, 256}, OpConfig{"v4", 32, 256}};
+                                                OpConfig{"v3", 32, 256}, OpConfig{"v4", 32, 256},
+                                                OpConfig{"v5", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -81,18 +82,21 @@ int seq_bucket(long long num_seqs) {
 // cores, with the padding that suits their fragments; v3: v2 plus the per-token scalar phases
 // (angle sums, their reverse, dadt and the dt/trap shift) spread over lanes instead of threads;
 // v4: v3 plus 16-byte loads issued before their stores, and 16 lanes per token in the q/k
-// staging and the backward epilogue.
+// staging and the backward epilogue; v5: v4 plus the forward gate inputs (z, dout) and the
+// angles staged with all loads in flight at once.
 struct VariantTraits {
   bool mma;
   int pad;
   bool parallel_scalars;
   bool vector_io;
+  bool stage_all;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false};
-  if (c.variant == "v2") return {true, 4, false, false};
-  if (c.variant == "v3") return {true, 4, true, false};
-  return {true, 4, true, true};
+  if (c.variant == "v1") return {false, 1, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false};
+  return {true, 4, true, true, true};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -109,6 +113,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.options.push_back("-DM3_PAD=" + std::to_string(tr.pad));
   src.options.push_back("-DM3_PARALLEL_SCALARS=" + std::to_string(tr.parallel_scalars ? 1 : 0));
   src.options.push_back("-DM3_VECTOR_IO=" + std::to_string(tr.vector_io ? 1 : 0));
+  src.options.push_back("-DM3_STAGE_ALL=" + std::to_string(tr.stage_all ? 1 : 0));
   src.arch = arch;
   return src;
 }

@@ -11,7 +11,7 @@ from mamba3_jit.reference import ARG_NAMES, RESULT_NAMES, case_args, compare, ma
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5"]
 
 
 def _run(case, variant="v1"):
