@@ -319,7 +319,13 @@ class ManifestParser {
     while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
     const std::string digits = s_.substr(start, pos_ - start);
     if (digits.empty() || digits == "-" || digits.size() > 19) return false;
-    *out = std::stoll(digits);
+    // A damaged manifest can hold a number past the range of long long; std::stoll would throw
+    // out of check_entry instead of letting the entry be judged corrupt.
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(digits.c_str(), &end, 10);
+    if (errno == ERANGE || !end || *end != '\0') return false;
+    *out = v;
     return true;
   }
   bool string(std::string* out) {

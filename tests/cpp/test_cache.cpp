@@ -1,11 +1,16 @@
 #include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -195,6 +200,114 @@ TEST_CASE("an entry whose cubin vanished is recompiled", "[cache]") {
     fs::remove(cubin_file(dir, key));
     CHECK(!verify_entry(dir, key).empty());
   });
+}
+
+TEST_CASE("a manifest number out of range is quarantined, not thrown", "[cache]") {
+  // One digit too many past LLONG_MAX used to escape the parser as std::out_of_range: the
+  // cache tool aborted in verify and the warm-up counted the kernel as failed.
+  check_recovery("hugenumber", [](const std::string& dir, const std::string& key) {
+    std::string text = test::read_text(manifest_file(dir, key));
+    const auto at = text.find("\"cubin_size\": ");
+    REQUIRE(at != std::string::npos);
+    const auto from = at + std::strlen("\"cubin_size\": ");
+    text.replace(from, text.find(',', from) - from, "9999999999999999999");
+    test::write_text(manifest_file(dir, key), text);
+    CHECK(verify_entry(dir, key).find("bad value for 'cubin_size'") != std::string::npos);
+  });
+}
+
+TEST_CASE("a corrupt entry is recompiled when the quarantine cannot be made", "[cache]") {
+  // A regular file where the quarantine directory belongs: the damaged files cannot be moved
+  // aside, so they are deleted instead, and the entry is written afresh.
+  test::TempDir tmp;
+  const KernelSource src = test::smoke_source("noquarantine");
+  const CacheResult first = KernelCache(tmp.path()).get_or_compile(src);
+  fs::resize_file(cubin_file(tmp.path(), first.key), 10);
+  test::write_text(tmp.sub("quarantine"), "not a directory");
+  KernelCache cache(tmp.path());
+  const CacheResult r = cache.get_or_compile(src);
+  CHECK(r.outcome == CacheOutcome::kRecompiledCorrupt);
+  CHECK(*r.cubin == *first.cubin);
+  CHECK(verify_entry(tmp.path(), r.key).empty());
+  CHECK(test::read_text(tmp.sub("quarantine")) == "not a directory");
+  CHECK(prune(tmp.path(), UINT64_MAX).entries_left == 1);
+}
+
+TEST_CASE("a write that fails for lack of space leaves no entry and no temporary file", "[cache]") {
+  // RLIMIT_FSIZE makes every write past the limit fail with EFBIG, which is how a full disk
+  // looks to the writer, without needing a small filesystem (and it stops root as well). It is
+  // set in a child so the test process keeps its own limits.
+  test::TempDir tmp;
+  const KernelSource src = test::smoke_source("fulldisk");
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      std::signal(SIGXFSZ, SIG_IGN);
+      const struct rlimit lim = {512, 512};
+      if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(10);
+      LogCapture log;
+      KernelCache cache(tmp.path());
+      if (!cache.persistent()) code = 11;  // the probe file is empty, so it still fits
+      const CacheResult r = cache.get_or_compile(src);
+      if (r.outcome != CacheOutcome::kCompiled || r.cubin->compare(0, 4, "\x7f" "ELF") != 0) code = 12;
+      if (log.count("warning: ") != 1 || log.text().find("cannot write") == std::string::npos) code = 13;
+      if (cache.get_or_compile(src).outcome != CacheOutcome::kMemoryHit) code = 14;
+    } catch (...) {
+      code = 15;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(list_entries(tmp.path()).empty());
+  CHECK(test::files_with_prefix(tmp.path(), ".tmp").empty());
+  CHECK(test::files_with_prefix(tmp.path(), KernelCache("").key(src)).empty());
+
+  KernelCache cache(tmp.path());
+  const CacheResult r = cache.get_or_compile(src);
+  CHECK(r.outcome == CacheOutcome::kCompiled);
+  CHECK(verify_entry(tmp.path(), r.key).empty());
+}
+
+TEST_CASE("the leftovers of a killed writer are neither trusted nor kept", "[cache]") {
+  test::TempDir tmp;
+  const KernelSource src = test::smoke_source("killedwriter");
+  std::string cubin;
+  {
+    test::TempDir scratch;
+    cubin = *KernelCache(scratch.path()).get_or_compile(src).cubin;
+  }
+  const std::string key = KernelCache("").key(src);
+  // A writer killed mid-write leaves its temporary files under its own (now dead) pid; one
+  // killed between the two renames leaves a cubin without a manifest.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string host_tag;
+  for (const char* p = host; *p; ++p) host_tag += std::isalnum(static_cast<unsigned char>(*p)) || *p == '-' || *p == '_' ? *p : '_';
+  const std::string stem = tmp.sub(".tmp." + host_tag + "." + std::to_string(dead) + ".1.00000000000000aa");
+  test::write_text(stem + ".cubin", cubin.substr(0, cubin.size() / 2));
+  test::write_text(stem + ".json", "{\n  \"format_version\": 1,\n");
+  test::write_text(cubin_file(tmp.path(), key), cubin.substr(0, 64));
+  CHECK(stat_cache(tmp.path()).stale_temp_files == 2);
+  CHECK(stat_cache(tmp.path()).orphan_cubins == 1);
+
+  KernelCache cache(tmp.path());
+  const CacheResult r = cache.get_or_compile(src);
+  CHECK(r.outcome == CacheOutcome::kCompiled);
+  CHECK(*r.cubin == cubin);
+  CHECK(verify_entry(tmp.path(), key).empty());
+  CHECK(test::read_text(cubin_file(tmp.path(), key)) == cubin);
+  const PruneResult p = prune(tmp.path(), UINT64_MAX);
+  CHECK(p.temp_files_removed == 2);
+  CHECK(p.entries_left == 1);
+  CHECK(test::files_with_prefix(tmp.path(), ".tmp").empty());
 }
 
 TEST_CASE("an entry stored under a foreign key is not trusted", "[cache]") {
