@@ -44,3 +44,39 @@ def small_vectors(shared_dir):
     if not path.is_file():
         pytest.skip(f"{path} is absent")
     return torch.load(path)
+
+
+# ---- the reliability summary ----------------------------------------------------------------
+# Tests that reject a bad input, pass an edge shape against the float64 truth or survive an
+# injected fault say so here, and the run ends with one line counting them. Distinct names are
+# counted, so a class exercised by several tests (or parametrisations) counts once.
+RELIABILITY_CATEGORIES = ("bad_input", "edge_shape", "fault")
+
+
+class ReliabilityRecorder:
+    def __init__(self):
+        self.names = {c: set() for c in RELIABILITY_CATEGORIES}
+
+    def record(self, category, name):
+        if category not in self.names:
+            raise ValueError(f"unknown reliability category {category!r}; expected one of "
+                             f"{RELIABILITY_CATEGORIES}")
+        self.names[category].add(str(name))
+
+    def summary(self):
+        n = {c: len(v) for c, v in self.names.items()}
+        return (f"reliability: {n['bad_input']} bad-input classes rejected, "
+                f"{n['edge_shape']} edge shapes passed, "
+                f"{n['fault']} faults injected and survived")
+
+
+_RELIABILITY = ReliabilityRecorder()
+
+
+@pytest.fixture(scope="session")
+def reliability():
+    return _RELIABILITY
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    terminalreporter.write_line(_RELIABILITY.summary())

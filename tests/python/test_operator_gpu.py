@@ -57,12 +57,13 @@ EDGE_MIXES = [
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("seq_lens", EDGE_MIXES, ids=lambda x: "-".join(map(str, x)))
-def test_edge_and_family_shapes(seq_lens, variant):
+def test_edge_and_family_shapes(seq_lens, variant, reliability):
     _check(make_case(seq_lens, seed=11, device="cuda"), variant=variant)
+    reliability.record("edge_shape", "-".join(map(str, seq_lens)))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_random_mixes(variant):
+def test_random_mixes(variant, reliability):
     rng = random.Random(1234)
     for trial in range(4):
         S = rng.randint(1, 6)
@@ -70,6 +71,7 @@ def test_random_mixes(variant):
         if sum(seq_lens) == 0:
             seq_lens[0] = 5
         _check(make_case(seq_lens, seed=100 + trial, device="cuda"), variant=variant)
+        reliability.record("edge_shape", "-".join(map(str, seq_lens)))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
