@@ -1,6 +1,5 @@
 #include "torch_validate.h"
 
-#include <sstream>
 #include <string>
 
 #include "kernel_registry.h"
@@ -15,12 +14,16 @@ namespace {
 
 enum Arg { kQ, kK, kV, kAdt, kDt, kTrap, kQBias, kKBias, kAngles, kD, kZ, kCu, kDout, kDfa, kDfs, kDfk, kDfv };
 
+// Messages format integers with std::to_string, never through iostreams: inside the torch
+// extension, ostream's integer insertion crashed on the GPU machine (a libstdc++ mismatch between
+// the compiler and the loaded runtime library), while string insertion is safe.
+std::string num(int64_t x) { return std::to_string(x); }
+
 std::string shape_str(at::IntArrayRef s) {
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
-  os << (s.size() == 1 ? ",)" : ")");
-  return os.str();
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + num(s[i]);
+  out += s.size() == 1 ? ",)" : ")";
+  return out;
 }
 
 // Expected extents; -1 marks one not yet known, filled from the first argument that has it.
@@ -36,8 +39,8 @@ void check_shape(const at::Tensor& t, int arg, const std::vector<int64_t>& expec
 }  // namespace
 
 Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values) {
-  TORCH_CHECK_VALUE(args.size() == kNumArgs, "mamba3_jit: expected ", kNumArgs, " tensor arguments, got ",
-                    args.size());
+  TORCH_CHECK_VALUE(args.size() == kNumArgs, "mamba3_jit: expected ", num(kNumArgs), " tensor arguments, got ",
+                    num(static_cast<int64_t>(args.size())));
   static const at::ScalarType kDtypes[kNumArgs] = {
       at::kBFloat16, at::kBFloat16, at::kBFloat16, at::kFloat, at::kFloat,    at::kBFloat16,
       at::kFloat,    at::kFloat,    at::kBFloat16, at::kFloat, at::kBFloat16, at::kInt,
@@ -63,7 +66,7 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
     // The kernels read rows with 16-byte vector loads.
     TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "mamba3_jit: argument '", kArgNames[i],
                       "' expected a 16-byte aligned data pointer, got one at offset ",
-                      reinterpret_cast<uintptr_t>(t.data_ptr()) % 16,
+                      num(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16)),
                       " (a view with a storage offset?); call .clone() first");
   }
 
@@ -73,7 +76,7 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
                     shape_str(q.sizes()));
   pb.T = q.size(1);
   pb.N = q.size(3);
-  TORCH_CHECK_VALUE(q.size(2) == 1, "mamba3_jit: argument 'q' expected G = 1 query/key head, got G = ", q.size(2));
+  TORCH_CHECK_VALUE(q.size(2) == 1, "mamba3_jit: argument 'q' expected G = 1 query/key head, got G = ", num(q.size(2)));
   const at::Tensor& v = args[kV];
   TORCH_CHECK_VALUE(v.dim() == 4, "mamba3_jit: argument 'v' expected shape (1, T, H, P), got ", shape_str(v.sizes()));
   pb.H = v.size(2);
@@ -105,25 +108,27 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   check_shape(args[kDfv], kDfv, {S, H, P}, "(S, H, P)");
 
   TORCH_CHECK_VALUE(N == kSupportedDims.n && P == kSupportedDims.p && A == kSupportedDims.a,
-                    "mamba3_jit: unsupported head dims N=", N, ", P=", P, ", A=", A, "; this build supports N=",
-                    kSupportedDims.n, ", P=", kSupportedDims.p, ", A=", kSupportedDims.a);
-  TORCH_CHECK_VALUE(H >= 1 && H <= 1024, "mamba3_jit: expected 1 <= H <= 1024 value heads, got H = ", H);
-  TORCH_CHECK_VALUE(S <= 65535, "mamba3_jit: at most 65535 sequences are supported, got S = ", S);
-  TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", T);
+                    "mamba3_jit: unsupported head dims N=", num(N), ", P=", num(P), ", A=", num(A),
+                    "; this build supports N=", num(kSupportedDims.n), ", P=", num(kSupportedDims.p),
+                    ", A=", num(kSupportedDims.a));
+  TORCH_CHECK_VALUE(H >= 1 && H <= 1024, "mamba3_jit: expected 1 <= H <= 1024 value heads, got H = ", num(H));
+  TORCH_CHECK_VALUE(S <= 65535, "mamba3_jit: at most 65535 sequences are supported, got S = ", num(S));
+  TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", num(T));
 
   if (!check_values) return pb;
   const at::Tensor cu_host = cu.is_cuda() ? cu.to(at::kCPU) : cu;
   const int32_t* c = cu_host.data_ptr<int32_t>();
   pb.cu_seqlens.assign(c, c + S + 1);
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",
-                    pb.cu_seqlens[0]);
+                    num(pb.cu_seqlens[0]));
   for (int64_t i = 0; i < S; ++i) {
     TORCH_CHECK_VALUE(pb.cu_seqlens[i + 1] >= pb.cu_seqlens[i], "mamba3_jit: argument 'cu_seqlens' must not decrease, got cu_seqlens[",
-                      i, "] = ", pb.cu_seqlens[i], " > cu_seqlens[", i + 1, "] = ", pb.cu_seqlens[i + 1]);
+                      num(i), "] = ", num(pb.cu_seqlens[i]), " > cu_seqlens[", num(i + 1), "] = ",
+                      num(pb.cu_seqlens[i + 1]));
     pb.max_len = std::max<int64_t>(pb.max_len, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
   }
-  TORCH_CHECK_VALUE(pb.cu_seqlens[S] == T, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[S] = T = ", T,
-                    ", got ", pb.cu_seqlens[S]);
+  TORCH_CHECK_VALUE(pb.cu_seqlens[S] == T, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[S] = T = ", num(T),
+                    ", got ", num(pb.cu_seqlens[S]));
   return pb;
 }
 
