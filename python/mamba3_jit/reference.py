@@ -6,7 +6,9 @@ have neither a GPU nor the compiled operator library.
 
 - ``make_case``            the case generator (random draws in a fixed order).
 - ``layer_forward``        the differentiable forward: masked quadratic form, one loop over sequences.
-- ``reference_fwd_vjp``    the truth: ``layer_forward`` in float64 plus its VJP by autograd.
+- ``layer_forward_chunked`` the same forward in chunked form, memory linear in the length.
+- ``reference_fwd_vjp``    the truth: ``layer_forward`` in float64 plus its VJP by autograd
+                           (``chunked=True``: ``layer_forward_chunked``, for long sequences).
 - ``baseline_fwd_vjp``     the frozen eager fp32 baseline (same form in fp32, results cast).
 - ``compare``              the pass/fail metrics for one result against the truth.
 """
@@ -238,12 +240,147 @@ def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqle
             stack(fv, (H, P), v))
 
 
-def _fwd_vjp(args, dtype):
+# ------------------------------------------------------------------------------------------------
+# The forward in chunked form (memory linear in the sequence length)
+# ------------------------------------------------------------------------------------------------
+# The quadratic form above holds L x L x H values per sequence, which rules it out as the truth for
+# long sequences (32768 tokens need 275 GB in float64 for W alone). The chunked form below computes
+# the same five results through the state entering each chunk, so its memory is
+# O(L H (N + P + chunk) + chunks H P N). It is kept apart from _sequence_forward so that the frozen
+# baseline's code path stays exactly as it was.
+
+DEFAULT_CHUNK = 256
+
+
+def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, chunk):
+    """One non-empty sequence, all heads at once, in chunks of ``chunk`` tokens.
+
+    Shapes and results as in ``_sequence_forward``.
+    """
+    L, G, N = q.shape
+    H, P = v.shape[1], v.shape[2]
+
+    def per_head(x):  # (L, G, N) -> (H, L, N); expand, so the backward sums over each group
+        return x.unsqueeze(2).expand(L, G, H // G, N).reshape(L, H, N).transpose(0, 1)
+
+    # Everything up to ks is per token (or a sequence-long cumsum) and matches the quadratic form.
+    theta = math.pi * torch.tanh(angles.transpose(0, 1))                  # (H, L, A)
+    phi = torch.cumsum(theta * dt.unsqueeze(-1), dim=1)
+    phi = phi - TWO_PI * torch.floor(phi / TWO_PI)                       # floor has zero gradient
+
+    p = torch.sigmoid(trap)                                              # (H, L)
+    gamma = torch.cat((dt[:, 1:] * (1 - p[:, 1:]), dt.new_zeros(H, 1)), dim=1)
+    scale = dt * p + gamma
+
+    qh = per_head(q) + q_bias.unsqueeze(1)                               # (H, L, N)
+    kh = per_head(k) + k_bias.unsqueeze(1)
+    qk = (qh * kh).sum(-1) * gamma                                       # (H, L)
+    qr = _rotate(qh, phi)
+    kr = _rotate(kh, phi)
+    ks = scale.unsqueeze(-1) * kr
+    vh = v.transpose(0, 1)                                               # (H, L, P)
+    c = torch.cumsum(adt, dim=1)                                         # (H, L)
+
+    # A sequence shorter than the chunk is one chunk of its own length: padding it would only
+    # spend memory on rows that are thrown away.
+    C = min(chunk, L)
+    nc = -(-L // C)
+    pad = nc * C - L
+    # Padded tokens carry v = ks = qr = 0, so they add nothing to any state or output; their c
+    # repeats c[L-1], so the last chunk's end decay is still read at its last row and no pad makes
+    # an exponent grow.
+    qr_c = torch.cat((qr, qr.new_zeros(H, pad, N)), dim=1).unflatten(1, (nc, C))    # (H, nc, C, N)
+    ks_c = torch.cat((ks, ks.new_zeros(H, pad, N)), dim=1).unflatten(1, (nc, C))
+    v_c = torch.cat((vh, vh.new_zeros(H, pad, P)), dim=1).unflatten(1, (nc, C))     # (H, nc, C, P)
+    c_c = torch.cat((c, c[:, -1:].expand(H, pad)), dim=1).unflatten(1, (nc, C))     # (H, nc, C)
+
+    # Decays inside a chunk are taken relative to the cumsum just before the chunk (0 before the
+    # first): these differences stay small where c itself grows with the sequence.
+    c_prev = torch.cat((c_c.new_zeros(H, 1), c_c[:, :-1, -1]), dim=1)               # (H, nc)
+    cl = c_c - c_prev.unsqueeze(-1)
+
+    # Intra-chunk part: the quadratic form restricted to each chunk, all chunks at once.
+    causal = torch.ones(C, C, dtype=torch.bool, device=c.device).tril()
+    # Mask before exp: above the diagonal the difference can be positive and overflow (inf * 0).
+    W = torch.exp((cl.unsqueeze(-1) - cl.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
+    M = W * (qr_c @ ks_c.transpose(-1, -2))                              # (H, nc, C, C)
+    y_c = M @ v_c                                                        # (H, nc, C, P)
+
+    # What each chunk adds to the state it hands on, and how much the state decays across it.
+    w_end = torch.exp(cl[..., -1:] - cl)                                 # exp(c[b-1] - c[s])
+    U = (v_c * w_end.unsqueeze(-1)).transpose(-1, -2) @ ks_c             # (H, nc, P, N)
+    alpha = torch.exp(cl[..., -1]).unsqueeze(-1).unsqueeze(-1)           # (H, nc, 1, 1)
+
+    # The recurrence over chunks is the only sequential step; it runs over chunks, not tokens.
+    state = U.new_zeros(H, P, N)
+    entering = []
+    for j in range(nc):
+        entering.append(state)
+        state = alpha[:, j] * state + U[:, j]
+    S_in = torch.stack(entering, dim=1)                                  # (H, nc, P, N)
+
+    # Inter-chunk part: the state entering the chunk, decayed to each token and read by qr.
+    y_c = y_c + torch.exp(cl).unsqueeze(-1) * (qr_c @ S_in.transpose(-1, -2))
+
+    y = y_c.flatten(1, 2)[:, :L] + (d.unsqueeze(1) - qk).unsqueeze(-1) * vh
+    zh = z.transpose(0, 1)
+    output = (y * zh * torch.sigmoid(zh)).transpose(0, 1)                # (L, H, P)
+    return output, phi[:, -1], state, kr[:, -1], v[-1]
+
+
+def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
+                          chunk=DEFAULT_CHUNK):
+    """``layer_forward`` in chunked form: the same five results, differentiable, in the dtype of
+    the given inputs, with memory linear in the sequence length.
+
+    ``chunk`` is the chunk length in tokens (any positive integer; it changes the summation order
+    only). Each sequence is its own set of chunks: chunks never straddle a boundary.
+    """
+    chunk = int(chunk)
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive number of tokens, got {chunk}")
+    _, T, G, N = q.shape
+    H, P, A = v.shape[2], v.shape[3], angles.shape[3]
+    if H % G:
+        raise ValueError(f"H={H} is not a multiple of G={G}")
+    if 2 * A > N:
+        raise ValueError(f"need 2A <= N, got A={A}, N={N}")
+    cu = _boundaries(cu_seqlens, T)
+    S = len(cu) - 1
+
+    outputs, fa, fs, fk, fv = [], [], [], [], []
+    for i in range(S):
+        a, b = cu[i], cu[i + 1]
+        if a == b:
+            fa.append(angles.new_zeros(H, A))
+            fs.append(v.new_zeros(H, P, N))
+            fk.append(k.new_zeros(H, N))
+            fv.append(v.new_zeros(H, P))
+            continue
+        o, a_state, s_state, k_state, v_state = _sequence_forward_chunked(
+            q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
+            q_bias, k_bias, angles[0, a:b], d, z[0, a:b], chunk)
+        outputs.append(o)
+        fa.append(a_state)
+        fs.append(s_state)
+        fk.append(k_state)
+        fv.append(v_state)
+
+    output = torch.cat(outputs, dim=0).unsqueeze(0) if outputs else v.new_zeros(1, 0, H, P)
+
+    def stack(xs, empty_shape, like):
+        return torch.stack(xs) if xs else like.new_zeros(0, *empty_shape)
+
+    return (output, stack(fa, (H, A), angles), stack(fs, (H, P, N), v), stack(fk, (H, N), k),
+            stack(fv, (H, P), v))
+
+
+def _fwd_vjp(args, dtype, forward=layer_forward):
     args = _as_args(args)
     named = dict(zip(ARG_NAMES, args))
     with torch.enable_grad():
         leaves = [named[n].detach().to(dtype).requires_grad_(True) for n in DIFF_ARG_NAMES]
-        outs = layer_forward(*leaves, named["cu_seqlens"])
+        outs = forward(*leaves, named["cu_seqlens"])
         cots = [named[n].detach().to(dtype) for n in COTANGENT_NAMES]
         # With only empty sequences nothing depends on the inputs; autograd.grad refuses that.
         pairs = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
@@ -256,13 +393,22 @@ def _fwd_vjp(args, dtype):
     return tuple(o.detach() for o in outs) + tuple(grads)
 
 
-def reference_fwd_vjp(*args, dtype=torch.float64):
+def reference_fwd_vjp(*args, dtype=torch.float64, chunked=False, chunk=None):
     """The truth: forward and full VJP in ``dtype`` (float64) on the given input values.
 
     Takes the 17 arguments (or one case dict) and returns the 16 results in RESULT_NAMES order,
     all in ``dtype``, on the inputs' device. final_angle_state is phi[L-1] mod 2pi, in [0, 2pi).
+
+    By default the forward is the masked quadratic form (``layer_forward``). ``chunked=True``, or
+    a ``chunk`` length, uses ``layer_forward_chunked`` instead (chunks of ``chunk`` tokens,
+    DEFAULT_CHUNK when not given): the same results to rounding, with memory linear in the
+    sequence length, for sequences too long for the quadratic form.
     """
-    return _fwd_vjp(args, dtype)
+    if chunk is None and not chunked:
+        return _fwd_vjp(args, dtype)
+    size = DEFAULT_CHUNK if chunk is None else int(chunk)
+    return _fwd_vjp(args, dtype,
+                    lambda *x: layer_forward_chunked(*x, chunk=size))
 
 
 def baseline_fwd_vjp(*args):

@@ -325,3 +325,95 @@ def test_compare_accepts_dicts(cmp_case):
     rep = R.compare(dict(zip(R.RESULT_NAMES, good)), dict(zip(R.RESULT_NAMES, truth)),
                     case["cu_seqlens"])
     assert rep["ok"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The chunked form against the quadratic form
+# ------------------------------------------------------------------------------------------------
+# The chunked reference is the truth for sequences too long for the quadratic form, so it must
+# agree with it, to float64 rounding, wherever both fit: on every length class around a chunk
+# boundary (0, 1, 2, C-1, C, C+1, 2C+2, 4C+1 for C = 64), for chunks smaller than, equal to and
+# larger than the sequences.
+
+TINY = dict(H=2, N=8, P=4, A=4)  # 2A == N: every pair is rotated; two heads share one q/k row
+EDGE_LENS = [0, 1, 2, 63, 64, 65, 130, 257, 0]
+CHUNK_SIZES = (16, 64, 256)
+
+
+@pytest.mark.parametrize("seq_lens,seed,dims", [
+    (EDGE_LENS, 51, SMALL),
+    ([257, 1, 65, 0, 130], 52, TINY),
+    ([1], 53, SMALL),
+    ([0], 54, SMALL),                # nothing at all
+    ([65, 1, 130, 0, 64], 55, {}),   # the family shape (H=32, N=128, P=64, A=32)
+    ([257, 2, 63], 56, {}),
+], ids=["small-edges", "tiny", "one-token", "empty", "family", "family-257"])
+def test_chunked_reference_matches_quadratic(seq_lens, seed, dims):
+    case = R.make_case(seq_lens, seed, **dims)
+    want = R.reference_fwd_vjp(case)
+    for chunk in CHUNK_SIZES:
+        got = R.reference_fwd_vjp(case, chunk=chunk)
+        for name, g, w in zip(R.RESULT_NAMES, got, want):
+            assert g.dtype == torch.float64 and g.shape == w.shape, (chunk, name)
+            err, absolute = R.rel_l2(g, w, name == "final_angle_state")
+            assert err <= 1e-10, (f"chunk {chunk}, {name}: {'abs' if absolute else 'rel'} err "
+                                  f"{err:.3e}")
+
+
+def test_chunked_reference_on_a_longer_sequence():
+    # c reaches a few hundred here, so the decays span many orders of magnitude across chunks.
+    case = R.make_case([1500, 3], 57, **TINY)
+    want = R.reference_fwd_vjp(case)
+    got = R.reference_fwd_vjp(case, chunk=100)
+    for name, g, w in zip(R.RESULT_NAMES, got, want):
+        err, _ = R.rel_l2(g, w, name == "final_angle_state")
+        assert err <= 1e-10, f"{name}: err {err:.3e}"
+
+
+def test_chunked_forward_matches_quadratic_forward():
+    case = R.make_case([70, 0, 9], 58, **SMALL)
+    args = [case[n].double() for n in R.DIFF_ARG_NAMES] + [case["cu_seqlens"]]
+    for name, g, w in zip(R.FORWARD_NAMES, R.layer_forward_chunked(*args, chunk=32),
+                          R.layer_forward(*args)):
+        err, _ = R.rel_l2(g, w, name == "final_angle_state")
+        assert err <= 1e-12, f"{name}: err {err:.3e}"
+
+
+def test_chunked_reference_keyword_forms():
+    case = R.make_case([40, 300], 59, **TINY)
+    default = R.reference_fwd_vjp(case, chunked=True)
+    explicit = R.reference_fwd_vjp(case, chunk=R.DEFAULT_CHUNK)
+    assert all(torch.equal(a, b) for a, b in zip(default, explicit))
+    quadratic = R.reference_fwd_vjp(case, chunked=False)
+    assert all(torch.equal(a, b) for a, b in zip(quadratic, R.reference_fwd_vjp(case)))
+    with pytest.raises(ValueError):
+        R.reference_fwd_vjp(case, chunk=0)
+
+
+def test_chunked_reference_keeps_the_input_dtype():
+    case = R.make_case([90, 5], 60, **SMALL)
+    truth = R.reference_fwd_vjp(case)
+    got = R.reference_fwd_vjp(case, dtype=torch.float32, chunk=32)
+    for name, g, w in zip(R.RESULT_NAMES, got, truth):
+        assert g.dtype == torch.float32, name
+        err, _ = R.rel_l2(g, w, name == "final_angle_state")
+        assert err <= 1e-4, f"{name}: err {err:.3e}"
+
+
+def test_chunked_reference_memory_is_linear_in_length():
+    # What autograd keeps for the backward is the memory that grows with L; none of it may be an
+    # L x L matrix, which is what the quadratic form keeps (and what rules it out for long inputs).
+    L, C, dims = 2048, 32, dict(H=1, N=8, P=4, A=2)
+    case = R.make_case([L], 61, **dims)
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes() // t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        R.reference_fwd_vjp(case, chunk=C)
+    H, N, P = dims["H"], dims["N"], dims["P"]
+    assert max(storages.values()) <= H * L * max(N, P, C)
+    assert sum(storages.values()) <= 20 * H * L * (N + P + C)
+    assert sum(storages.values()) < L * L
