@@ -9,6 +9,9 @@ have neither a GPU nor the compiled operator library.
 - ``layer_forward_chunked`` the same forward in chunked form, memory linear in the length.
 - ``reference_fwd_vjp``    the truth: ``layer_forward`` in float64 plus its VJP by autograd
                            (``chunked=True``: ``layer_forward_chunked``, for long sequences).
+- ``reference_fwd_vjp_with_states``  the same truth for a call that starts from initial states
+                           (the state a previous call on the same sequences handed on), which
+                           also returns the gradients of those four states.
 - ``baseline_fwd_vjp``     the frozen eager fp32 baseline (same form in fp32, results cast).
 - ``compare``              the pass/fail metrics for one result against the truth.
 """
@@ -30,6 +33,13 @@ COTANGENT_NAMES = ARG_NAMES[12:]
 FORWARD_NAMES = ("output", "final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
 GRAD_NAMES = ("dq", "dk", "dv", "dadt", "ddt", "dtrap", "dq_bias", "dk_bias", "dangles", "dd", "dz")
 RESULT_NAMES = FORWARD_NAMES + GRAD_NAMES
+
+# Initial states: the final states of a previous call, in the same order and shapes
+# ((S,H,A), (S,H,P,N), (S,H,N), (S,H,P)). See ``_entering_state`` for what they mean.
+INITIAL_STATE_NAMES = ("initial_angle_state", "initial_ssm_state", "initial_k_state",
+                       "initial_v_state")
+INITIAL_GRAD_NAMES = tuple("d" + n for n in INITIAL_STATE_NAMES)
+RESULT_WITH_STATES_NAMES = RESULT_NAMES + INITIAL_GRAD_NAMES
 
 _BF16, _F32 = torch.bfloat16, torch.float32
 ARG_DTYPES = {
@@ -154,12 +164,74 @@ def _rotate(x: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
     return torch.cat((rotated, x[..., 2 * A:]), dim=-1)
 
 
-def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z):
+def _wrap_2pi(x: torch.Tensor) -> torch.Tensor:
+    return x - TWO_PI * torch.floor(x / TWO_PI)                          # floor has zero gradient
+
+
+def _entering_state(init, dt, p):
+    """The state entering a sequence that starts from ``init`` = (angle0, ssm0, k0, v0) of one
+    sequence, shapes (H, A), (H, P, N), (H, N), (H, P); dt and p = sigmoid(trap) are (H, L).
+
+    Derivation. The recurrence of SPEC section 2 at the first token, with the previous call's
+    last token as token -1 (S_{-1} = ssm0, kr_{-1} = k0, already rotated, v_{-1} = v0), is
+
+        S_0 = a_0 S_{-1} + b_0 v_{-1} kr_{-1}^T + g_0 v_0 kr_0^T
+            = a_0 E + g_0 v_0 kr_0^T,     E = ssm0 + (1 - p_0) dt_0 v0 k0^T,
+
+    since b_0 = (1 - p_0) dt_0 a_0. Every later step only decays E, so unrolling gives
+
+        S_t = exp(c[t]) E + (the state of the same tokens started from zero),
+
+    and with y_t = S_t qr_t + d v_t:
+
+        y[t]            = (the stateless form) + exp(c[t]) E qr[t],
+        final_ssm_state = (the stateless form) + exp(c[L-1]) E.
+
+    The stateless form keeps its gamma and qk terms unchanged: gamma[t] carries the (1-p) term
+    of token t into token t+1, and qk[t] removes the part of it that the quadratic form would
+    otherwise let token t read. The previous call's last token had gamma = 0 there, so its
+    (1-p) term was left pending in k0 and v0; here it is the b_0 part of E, which is in S_0
+    before token 0 reads it, so no qk-like correction applies to it. The angles continue the previous cumsum:
+    phi[t] = angle0 + sum_{s<=t} theta[s] dt[s], so k0 and every kr[t] are rotated consistently;
+    only cos, sin and the wrapped final angle use phi, so angle0 matters modulo 2pi only.
+    """
+    _, ssm0, k0, v0 = init
+    gamma_prev = dt[:, 0] * (1 - p[:, 0])                                # (H,)
+    return ssm0 + gamma_prev[:, None, None] * (v0.unsqueeze(-1) * k0.unsqueeze(-2))
+
+
+def _passed_states(init):
+    """The final states of an empty sequence that starts from ``init``: nothing happens, so the
+    states pass through, the (1-p) term of the last token still pending in the K and V states;
+    the angle is wrapped like every final angle."""
+    angle0, ssm0, k0, v0 = init
+    return _wrap_2pi(angle0), ssm0, k0, v0
+
+
+def _check_initial_states(initial_states, S, H, P, N, A):
+    if initial_states is None:
+        return None
+    states = tuple(initial_states)
+    shapes = ((S, H, A), (S, H, P, N), (S, H, N), (S, H, P))
+    if len(states) != len(shapes):
+        raise ValueError(f"initial_states must hold {len(shapes)} tensors "
+                         f"{INITIAL_STATE_NAMES}, got {len(states)}")
+    for name, x, shape in zip(INITIAL_STATE_NAMES, states, shapes):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
+    return states
+
+
+def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, init=None):
     """One non-empty sequence, all heads at once.
 
     Shapes: q, k (L, G, N); v, z (L, H, P); adt, dt, trap (H, L); angles (L, H, A);
     q_bias, k_bias (H, N); d (H,). Returns output (L, H, P) and the four final states of the
-    sequence: angle (H, A), ssm (H, P, N), k (H, N), v (H, P).
+    sequence: angle (H, A), ssm (H, P, N), k (H, N), v (H, P). ``init`` is None or this
+    sequence's (angle0, ssm0, k0, v0); see ``_entering_state``. With None, the operations are
+    exactly those of the stateless form, so the baseline built on it is unchanged.
     """
     L, G, N = q.shape
     H = v.shape[1]
@@ -169,6 +241,8 @@ def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z):
 
     theta = math.pi * torch.tanh(angles.transpose(0, 1))                  # (H, L, A)
     phi = torch.cumsum(theta * dt.unsqueeze(-1), dim=1)
+    if init is not None:
+        phi = init[0].unsqueeze(1) + phi
     phi = phi - TWO_PI * torch.floor(phi / TWO_PI)                       # floor has zero gradient
 
     p = torch.sigmoid(trap)                                              # (H, L)
@@ -190,19 +264,36 @@ def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z):
 
     vh = v.transpose(0, 1)                                               # (H, L, P)
     y = M @ vh + (d.unsqueeze(1) - qk).unsqueeze(-1) * vh
+    if init is not None:
+        E = _entering_state(init, dt, p)                                 # (H, P, N)
+        # E sits before token 0's decay a_0, so token t reads it through exp(c[t]).
+        decay = torch.exp(c)                                             # (H, L)
+        y = y + decay.unsqueeze(-1) * (qr @ E.transpose(1, 2))
     zh = z.transpose(0, 1)
     output = (y * zh * torch.sigmoid(zh)).transpose(0, 1)                # (L, H, P)
 
     w_last = W[:, -1, :]                                                 # exp(c[L-1] - c[s])
     final_ssm = (vh * w_last.unsqueeze(-1)).transpose(1, 2) @ ks         # (H, P, N)
+    if init is not None:
+        final_ssm = final_ssm + decay[:, -1, None, None] * E
     return output, phi[:, -1], final_ssm, kr[:, -1], v[-1]
 
 
-def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens):
+def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, *,
+                  initial_states=None):
     """The differentiable forward of SPEC section 2, in the dtype of the given inputs.
 
     Returns (output, final_angle_state, final_ssm_state, final_k_state, final_v_state).
-    Empty sequences contribute no tokens and all-zero final states (the angle state included).
+
+    ``initial_states`` is None (every sequence starts from nothing, as in SPEC) or a tuple
+    (angle0 (S,H,A), ssm0 (S,H,P,N), k0 (S,H,N), v0 (S,H,P)): row i is the state sequence i
+    starts from, normally the final states of a previous call on the same sequences, angle0
+    wrapped or not. The results are differentiable with respect to these tensors too. Passing a
+    previous call's final states continues the recurrence exactly; ``_entering_state`` derives
+    how.
+
+    Empty sequences contribute no tokens. Their final states are all zero without initial
+    states, and the initial states (angle wrapped into [0, 2pi)) with them.
     """
     _, T, G, N = q.shape
     H, P, A = v.shape[2], v.shape[3], angles.shape[3]
@@ -212,19 +303,25 @@ def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqle
         raise ValueError(f"need 2A <= N, got A={A}, N={N}")
     cu = _boundaries(cu_seqlens, T)
     S = len(cu) - 1
+    states = _check_initial_states(initial_states, S, H, P, N, A)
 
     outputs, fa, fs, fk, fv = [], [], [], [], []
     for i in range(S):
         a, b = cu[i], cu[i + 1]
+        init = None if states is None else tuple(x[i] for x in states)
         if a == b:
-            fa.append(angles.new_zeros(H, A))
-            fs.append(v.new_zeros(H, P, N))
-            fk.append(k.new_zeros(H, N))
-            fv.append(v.new_zeros(H, P))
+            if init is None:
+                fa.append(angles.new_zeros(H, A))
+                fs.append(v.new_zeros(H, P, N))
+                fk.append(k.new_zeros(H, N))
+                fv.append(v.new_zeros(H, P))
+            else:
+                for xs, x in zip((fa, fs, fk, fv), _passed_states(init)):
+                    xs.append(x)
             continue
         o, a_state, s_state, k_state, v_state = _sequence_forward(
             q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
-            q_bias, k_bias, angles[0, a:b], d, z[0, a:b])
+            q_bias, k_bias, angles[0, a:b], d, z[0, a:b], init)
         outputs.append(o)
         fa.append(a_state)
         fs.append(s_state)
@@ -252,10 +349,11 @@ def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqle
 DEFAULT_CHUNK = 256
 
 
-def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, chunk):
+def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, chunk,
+                              init=None):
     """One non-empty sequence, all heads at once, in chunks of ``chunk`` tokens.
 
-    Shapes and results as in ``_sequence_forward``.
+    Shapes, ``init`` and results as in ``_sequence_forward``.
     """
     L, G, N = q.shape
     H, P = v.shape[1], v.shape[2]
@@ -266,6 +364,8 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
     # Everything up to ks is per token (or a sequence-long cumsum) and matches the quadratic form.
     theta = math.pi * torch.tanh(angles.transpose(0, 1))                  # (H, L, A)
     phi = torch.cumsum(theta * dt.unsqueeze(-1), dim=1)
+    if init is not None:
+        phi = init[0].unsqueeze(1) + phi
     phi = phi - TWO_PI * torch.floor(phi / TWO_PI)                       # floor has zero gradient
 
     p = torch.sigmoid(trap)                                              # (H, L)
@@ -312,7 +412,8 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
     alpha = torch.exp(cl[..., -1]).unsqueeze(-1).unsqueeze(-1)           # (H, nc, 1, 1)
 
     # The recurrence over chunks is the only sequential step; it runs over chunks, not tokens.
-    state = U.new_zeros(H, P, N)
+    # An initial state is simply the state entering the first chunk (see _entering_state).
+    state = U.new_zeros(H, P, N) if init is None else _entering_state(init, dt, p)
     entering = []
     for j in range(nc):
         entering.append(state)
@@ -329,12 +430,13 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
 
 
 def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-                          chunk=DEFAULT_CHUNK):
+                          chunk=DEFAULT_CHUNK, *, initial_states=None):
     """``layer_forward`` in chunked form: the same five results, differentiable, in the dtype of
     the given inputs, with memory linear in the sequence length.
 
     ``chunk`` is the chunk length in tokens (any positive integer; it changes the summation order
     only). Each sequence is its own set of chunks: chunks never straddle a boundary.
+    ``initial_states`` as in ``layer_forward``.
     """
     chunk = int(chunk)
     if chunk < 1:
@@ -347,19 +449,25 @@ def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, 
         raise ValueError(f"need 2A <= N, got A={A}, N={N}")
     cu = _boundaries(cu_seqlens, T)
     S = len(cu) - 1
+    states = _check_initial_states(initial_states, S, H, P, N, A)
 
     outputs, fa, fs, fk, fv = [], [], [], [], []
     for i in range(S):
         a, b = cu[i], cu[i + 1]
+        init = None if states is None else tuple(x[i] for x in states)
         if a == b:
-            fa.append(angles.new_zeros(H, A))
-            fs.append(v.new_zeros(H, P, N))
-            fk.append(k.new_zeros(H, N))
-            fv.append(v.new_zeros(H, P))
+            if init is None:
+                fa.append(angles.new_zeros(H, A))
+                fs.append(v.new_zeros(H, P, N))
+                fk.append(k.new_zeros(H, N))
+                fv.append(v.new_zeros(H, P))
+            else:
+                for xs, x in zip((fa, fs, fk, fv), _passed_states(init)):
+                    xs.append(x)
             continue
         o, a_state, s_state, k_state, v_state = _sequence_forward_chunked(
             q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
-            q_bias, k_bias, angles[0, a:b], d, z[0, a:b], chunk)
+            q_bias, k_bias, angles[0, a:b], d, z[0, a:b], chunk, init)
         outputs.append(o)
         fa.append(a_state)
         fs.append(s_state)
@@ -375,12 +483,28 @@ def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, 
             stack(fv, (H, P), v))
 
 
-def _fwd_vjp(args, dtype, forward=layer_forward):
+def _fwd_vjp(args, dtype, forward=layer_forward, with_states=False, initial_states=None):
+    """Forward and VJP in ``dtype``. ``with_states``: the forward starts from ``initial_states``
+    (zeros when None), which become leaves too, and their four gradients follow the 11."""
     args = _as_args(args)
     named = dict(zip(ARG_NAMES, args))
+    if with_states:
+        S = named["cu_seqlens"].shape[0] - 1
+        _, _, H, P = named["v"].shape
+        N, A = named["q"].shape[3], named["angles"].shape[3]
+        states = _check_initial_states(initial_states, S, H, P, N, A)
+        if states is None:
+            like = named["v"]
+            states = tuple(like.new_zeros(shape, dtype=dtype)
+                           for shape in ((S, H, A), (S, H, P, N), (S, H, N), (S, H, P)))
     with torch.enable_grad():
         leaves = [named[n].detach().to(dtype).requires_grad_(True) for n in DIFF_ARG_NAMES]
-        outs = forward(*leaves, named["cu_seqlens"])
+        if with_states:
+            state_leaves = [x.detach().to(dtype).requires_grad_(True) for x in states]
+            outs = forward(*leaves, named["cu_seqlens"], initial_states=tuple(state_leaves))
+            leaves = leaves + state_leaves
+        else:
+            outs = forward(*leaves, named["cu_seqlens"])
         cots = [named[n].detach().to(dtype) for n in COTANGENT_NAMES]
         # With only empty sequences nothing depends on the inputs; autograd.grad refuses that.
         pairs = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
@@ -409,6 +533,28 @@ def reference_fwd_vjp(*args, dtype=torch.float64, chunked=False, chunk=None):
     size = DEFAULT_CHUNK if chunk is None else int(chunk)
     return _fwd_vjp(args, dtype,
                     lambda *x: layer_forward_chunked(*x, chunk=size))
+
+
+def reference_fwd_vjp_with_states(*args, initial_states=None, dtype=torch.float64, chunked=False,
+                                  chunk=None):
+    """The truth for a call that starts from initial states: forward and full VJP in ``dtype``.
+
+    Takes the 17 arguments (or one case dict) and ``initial_states`` = (angle0 (S,H,A),
+    ssm0 (S,H,P,N), k0 (S,H,N), v0 (S,H,P)), typically the final states of a previous call on the
+    same sequences (see ``layer_forward``); None means all-zero states. Returns 20 results in
+    RESULT_WITH_STATES_NAMES order, all in ``dtype``: the 16 of ``reference_fwd_vjp``, then the
+    gradients of the four initial states under the same cotangents (dout, dfinal_*). To chain
+    calls, feed these four gradients to the previous call as its dfinal_* cotangents.
+
+    With all-zero states, the 16 results are those of ``reference_fwd_vjp`` (to rounding; the
+    extra terms are exact zeros). ``chunked`` and ``chunk`` as in ``reference_fwd_vjp``.
+    """
+    if chunk is None and not chunked:
+        return _fwd_vjp(args, dtype, with_states=True, initial_states=initial_states)
+    size = DEFAULT_CHUNK if chunk is None else int(chunk)
+    return _fwd_vjp(args, dtype,
+                    lambda *x, **kw: layer_forward_chunked(*x, chunk=size, **kw),
+                    with_states=True, initial_states=initial_states)
 
 
 def baseline_fwd_vjp(*args):
