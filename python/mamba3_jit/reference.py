@@ -295,6 +295,14 @@ def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqle
     Empty sequences contribute no tokens. Their final states are all zero without initial
     states, and the initial states (angle wrapped into [0, 2pi)) with them.
     """
+    return _per_sequence(_sequence_forward, q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
+                         cu_seqlens, initial_states)
+
+
+def _per_sequence(sequence_forward, q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
+                  cu_seqlens, initial_states):
+    """Runs ``sequence_forward`` on every packed sequence and assembles the five results; empty
+    sequences get zero final states, or their initial states passed through."""
     _, T, G, N = q.shape
     H, P, A = v.shape[2], v.shape[3], angles.shape[3]
     if H % G:
@@ -319,7 +327,7 @@ def layer_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqle
                 for xs, x in zip((fa, fs, fk, fv), _passed_states(init)):
                     xs.append(x)
             continue
-        o, a_state, s_state, k_state, v_state = _sequence_forward(
+        o, a_state, s_state, k_state, v_state = sequence_forward(
             q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
             q_bias, k_bias, angles[0, a:b], d, z[0, a:b], init)
         outputs.append(o)
@@ -441,46 +449,13 @@ def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, 
     chunk = int(chunk)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive number of tokens, got {chunk}")
-    _, T, G, N = q.shape
-    H, P, A = v.shape[2], v.shape[3], angles.shape[3]
-    if H % G:
-        raise ValueError(f"H={H} is not a multiple of G={G}")
-    if 2 * A > N:
-        raise ValueError(f"need 2A <= N, got A={A}, N={N}")
-    cu = _boundaries(cu_seqlens, T)
-    S = len(cu) - 1
-    states = _check_initial_states(initial_states, S, H, P, N, A)
 
-    outputs, fa, fs, fk, fv = [], [], [], [], []
-    for i in range(S):
-        a, b = cu[i], cu[i + 1]
-        init = None if states is None else tuple(x[i] for x in states)
-        if a == b:
-            if init is None:
-                fa.append(angles.new_zeros(H, A))
-                fs.append(v.new_zeros(H, P, N))
-                fk.append(k.new_zeros(H, N))
-                fv.append(v.new_zeros(H, P))
-            else:
-                for xs, x in zip((fa, fs, fk, fv), _passed_states(init)):
-                    xs.append(x)
-            continue
-        o, a_state, s_state, k_state, v_state = _sequence_forward_chunked(
-            q[0, a:b], k[0, a:b], v[0, a:b], adt[0, :, a:b], dt[0, :, a:b], trap[0, :, a:b],
-            q_bias, k_bias, angles[0, a:b], d, z[0, a:b], chunk, init)
-        outputs.append(o)
-        fa.append(a_state)
-        fs.append(s_state)
-        fk.append(k_state)
-        fv.append(v_state)
+    def sequence_forward(*per_sequence_args):
+        *inputs, init = per_sequence_args
+        return _sequence_forward_chunked(*inputs, chunk, init)
 
-    output = torch.cat(outputs, dim=0).unsqueeze(0) if outputs else v.new_zeros(1, 0, H, P)
-
-    def stack(xs, empty_shape, like):
-        return torch.stack(xs) if xs else like.new_zeros(0, *empty_shape)
-
-    return (output, stack(fa, (H, A), angles), stack(fs, (H, P, N), v), stack(fk, (H, N), k),
-            stack(fv, (H, P), v))
+    return _per_sequence(sequence_forward, q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
+                         cu_seqlens, initial_states)
 
 
 def _fwd_vjp(args, dtype, forward=layer_forward, with_states=False, initial_states=None):
