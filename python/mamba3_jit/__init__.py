@@ -10,8 +10,10 @@ from typing import Mapping, Optional, Union
 import torch
 
 from . import _native
+from .training import mamba3_siso
 
-__all__ = ["mamba3_siso_varlen_joint_states_full_vjp", "validate", "specializations", "config_string"]
+__all__ = ["mamba3_siso", "mamba3_siso_varlen_joint_states_full_vjp", "validate", "specializations",
+           "config_string"]
 
 ConfigLike = Optional[Union[str, Mapping[str, object]]]
 
