@@ -30,9 +30,6 @@ struct HeadDims {
 };
 constexpr HeadDims kSupportedDims{};
 
-// True for the variants whose kernels start from initial states (and then require them).
-bool takes_initial_states(const OpConfig& config);
-
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);
 
