@@ -224,15 +224,10 @@ def _check_initial_states(initial_states, S, H, P, N, A):
     return states
 
 
-def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, init=None):
-    """One non-empty sequence, all heads at once.
-
-    Shapes: q, k (L, G, N); v, z (L, H, P); adt, dt, trap (H, L); angles (L, H, A);
-    q_bias, k_bias (H, N); d (H,). Returns output (L, H, P) and the four final states of the
-    sequence: angle (H, A), ssm (H, P, N), k (H, N), v (H, P). ``init`` is None or this
-    sequence's (angle0, ssm0, k0, v0); see ``_entering_state``. With None, the operations are
-    exactly those of the stateless form, so the baseline built on it is unchanged.
-    """
+def _token_terms(q, k, v, dt, trap, q_bias, k_bias, angles, init):
+    """The per-token quantities of SPEC section 2 for one sequence and all heads: the wrapped
+    angle sums phi (H, L, A), p (H, L), the correction qk (H, L) and the rotated qr, kr and the
+    scaled ks (H, L, N). ``init`` as in ``_sequence_forward``."""
     L, G, N = q.shape
     H = v.shape[1]
 
@@ -255,6 +250,20 @@ def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, init
     qr = _rotate(qh, phi)
     kr = _rotate(kh, phi)
     ks = scale.unsqueeze(-1) * kr
+    return phi, p, qk, qr, kr, ks
+
+
+def _sequence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, init=None):
+    """One non-empty sequence, all heads at once.
+
+    Shapes: q, k (L, G, N); v, z (L, H, P); adt, dt, trap (H, L); angles (L, H, A);
+    q_bias, k_bias (H, N); d (H,). Returns output (L, H, P) and the four final states of the
+    sequence: angle (H, A), ssm (H, P, N), k (H, N), v (H, P). ``init`` is None or this
+    sequence's (angle0, ssm0, k0, v0); see ``_entering_state``. With None, the operations are
+    exactly those of the stateless form, so the baseline built on it is unchanged.
+    """
+    L = q.shape[0]
+    phi, p, qk, qr, kr, ks = _token_terms(q, k, v, dt, trap, q_bias, k_bias, angles, init)
 
     c = torch.cumsum(adt, dim=1)                                         # (H, L)
     causal = torch.ones(L, L, dtype=torch.bool, device=c.device).tril()
@@ -365,27 +374,8 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
     """
     L, G, N = q.shape
     H, P = v.shape[1], v.shape[2]
-
-    def per_head(x):  # (L, G, N) -> (H, L, N); expand, so the backward sums over each group
-        return x.unsqueeze(2).expand(L, G, H // G, N).reshape(L, H, N).transpose(0, 1)
-
     # Everything up to ks is per token (or a sequence-long cumsum) and matches the quadratic form.
-    theta = math.pi * torch.tanh(angles.transpose(0, 1))                  # (H, L, A)
-    phi = torch.cumsum(theta * dt.unsqueeze(-1), dim=1)
-    if init is not None:
-        phi = init[0].unsqueeze(1) + phi
-    phi = phi - TWO_PI * torch.floor(phi / TWO_PI)                       # floor has zero gradient
-
-    p = torch.sigmoid(trap)                                              # (H, L)
-    gamma = torch.cat((dt[:, 1:] * (1 - p[:, 1:]), dt.new_zeros(H, 1)), dim=1)
-    scale = dt * p + gamma
-
-    qh = per_head(q) + q_bias.unsqueeze(1)                               # (H, L, N)
-    kh = per_head(k) + k_bias.unsqueeze(1)
-    qk = (qh * kh).sum(-1) * gamma                                       # (H, L)
-    qr = _rotate(qh, phi)
-    kr = _rotate(kh, phi)
-    ks = scale.unsqueeze(-1) * kr
+    phi, p, qk, qr, kr, ks = _token_terms(q, k, v, dt, trap, q_bias, k_bias, angles, init)
     vh = v.transpose(0, 1)                                               # (H, L, P)
     c = torch.cumsum(adt, dim=1)                                         # (H, L)
 
