@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mamba3_jit import reference as R
+from recurrence_vjp import autograd_fwd_vjp
 
 SMALL = dict(H=4, N=16, P=8, A=4)   # 2A < N: some pairs pass through unrotated
 TINY = dict(H=2, N=8, P=4, A=4)     # 2A == N: every pair is rotated
@@ -148,15 +149,7 @@ def recurrence_forward_with_states(q, k, v, adt, dt, trap, q_bias, k_bias, angle
 
 
 def recurrence_fwd_vjp_with_states(case, states):
-    leaves = [case[n].detach().double().requires_grad_(True) for n in R.DIFF_ARG_NAMES]
-    leaves += [s.detach().double().requires_grad_(True) for s in states]
-    outs = recurrence_forward_with_states(*leaves, case["cu_seqlens"])
-    cots = [case[n].double() for n in R.COTANGENT_NAMES]
-    used = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
-    grads = torch.autograd.grad([o for o, _ in used], leaves, [c for _, c in used],
-                                allow_unused=True)
-    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves)]
-    return tuple(o.detach() for o in outs) + tuple(grads)
+    return autograd_fwd_vjp(recurrence_forward_with_states, case, states)
 
 
 @pytest.mark.parametrize("seq_lens,seed,dims", [

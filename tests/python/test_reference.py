@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mamba3_jit import reference as R
+from recurrence_vjp import autograd_fwd_vjp
 
 SMALL = dict(H=4, N=16, P=8, A=4)  # 2A < N, so some pairs pass through unrotated
 
@@ -123,14 +124,7 @@ def recurrence_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_
 
 
 def recurrence_fwd_vjp(case):
-    leaves = [case[n].detach().double().requires_grad_(True) for n in R.DIFF_ARG_NAMES]
-    outs = recurrence_forward(*leaves, case["cu_seqlens"])
-    cots = [case[n].double() for n in R.COTANGENT_NAMES]
-    used = [(o, c) for o, c in zip(outs, cots) if o.requires_grad]
-    grads = torch.autograd.grad([o for o, _ in used], leaves, [c for _, c in used],
-                                allow_unused=True)
-    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves)]
-    return tuple(o.detach() for o in outs) + tuple(grads)
+    return autograd_fwd_vjp(recurrence_forward, case)
 
 
 @pytest.mark.parametrize("seq_lens,seed", [
