@@ -125,7 +125,6 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
     TORCH_CHECK_VALUE(pb.cu_seqlens[i + 1] >= pb.cu_seqlens[i], "mamba3_jit: argument 'cu_seqlens' must not decrease, got cu_seqlens[",
                       num(i), "] = ", num(pb.cu_seqlens[i]), " > cu_seqlens[", num(i + 1), "] = ",
                       num(pb.cu_seqlens[i + 1]));
-    pb.max_len = std::max<int64_t>(pb.max_len, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
   }
   TORCH_CHECK_VALUE(pb.cu_seqlens[S] == T, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[S] = T = ", num(T),
                     ", got ", num(pb.cu_seqlens[S]));

@@ -16,7 +16,6 @@ extern const std::array<const char*, kNumArgs> kArgNames;
 struct Problem {
   int64_t T = 0, S = 0, H = 0, N = 0, P = 0, A = 0;
   std::vector<int32_t> cu_seqlens;  // host copy
-  int64_t max_len = 0;
 };
 
 // Checks dtype, shape, device, contiguity, alignment and (with check_values) the cu_seqlens
