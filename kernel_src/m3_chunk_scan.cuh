@@ -23,8 +23,14 @@
 #ifndef M3_STAGE_ALL
 #define M3_STAGE_ALL 0
 #endif
+#ifndef M3_INITIAL_STATES
+#define M3_INITIAL_STATES 0
+#endif
 #if M3_STAGE_ALL && !(M3_VECTOR_IO && M3_PARALLEL_SCALARS)
 #error "M3_STAGE_ALL builds on M3_VECTOR_IO and M3_PARALLEL_SCALARS"
+#endif
+#if M3_INITIAL_STATES && !M3_PARALLEL_SCALARS
+#error "M3_INITIAL_STATES builds on M3_PARALLEL_SCALARS"
 #endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
@@ -520,7 +526,7 @@ M3_DEV float warp_suffix_sum(float x) {
 // and the one-token shift of the gamma terms onto dt and trap. `bc` is kept identical in all
 // lanes of warp 0.
 M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len,
-                                            bool last_chunk, float da, BackwardCarry& bc) {
+                                            bool last_chunk, float da, float dc0, BackwardCarry& bc) {
   const int H = p.H;
   const int T = p.T;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -608,6 +614,13 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
           ddt += dgam[t - 1] * (1.f - pv[t]);
           dp -= dgam[t - 1] * dtv[t];
         }
+#if M3_INITIAL_STATES
+        if (t == 0 && a == 0) {
+          // c0 = (1 - p_0) dt_0 carries the initial states' b-term into the first token.
+          ddt += dc0 * (1.f - pv[0]);
+          dp -= dc0 * dtv[0];
+        }
+#endif
         if (t > 0 || a == 0) {
           p.ddt[sh.h * T + tg] = ddt;
           p.dtrap[sh.h * T + tg] = f2bf(dp * pv[t] * (1.f - pv[t]));
@@ -763,18 +776,36 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   __syncthreads();
   // dS <- alpha dS + sum_t e[t] dy[t] qr[t]^T, and da = alpha <dS, S_j> on the way.
   float da;
+  float dc0 = 0.f;  // the gradient of c0 = (1 - p_0) dt_0; stays zero without initial states
+  (void)dc0;
   {
     const float alpha = e[len - 1];
     Tile<P, N, 4, 8> upd;
     upd.template mac<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
                         [&](int k, int c) { return s.qr[k * LDN + c]; });
     float part = 0.f;
+#if M3_INITIAL_STATES
+    // In the first chunk the updated dS is the gradient of the state entering the sequence,
+    // E = ssm0 + c0 v0 k0^T with c0 = (1 - p_0) dt_0; <dE, v0 k0^T> is c0's gradient.
+    const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
+    float part0 = 0.f;
+    upd.for_each([&](int r, int c, float acc) {
+      const float old = s.ds[r * LDN + c];
+      part = fmaf(old, s.st[r * LDN + c], part);
+      const float updated = alpha * old + acc;
+      s.ds[r * LDN + c] = updated;
+      if (a == 0) part0 = fmaf(updated, bf2f(p.init_v[sh_row * P + r]) * p.init_k[sh_row * N + c], part0);
+    });
+    da = alpha * block_sum<NT>(part, s.red);
+    if (a == 0) dc0 = block_sum<NT>(part0, s.red);
+#else
     upd.for_each([&](int r, int c, float acc) {
       const float old = s.ds[r * LDN + c];
       part = fmaf(old, s.st[r * LDN + c], part);
       s.ds[r * LDN + c] = alpha * old + acc;
     });
     da = alpha * block_sum<NT>(part, s.red);
+#endif
   }
 #if M3_VECTOR_IO
   // Per-token epilogue: 16 lanes per token, 8 consecutive columns (4 rotary pairs) per lane.
@@ -910,7 +941,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
 #endif
   __syncthreads();
 #if M3_PARALLEL_SCALARS
-  backward_token_scalars_parallel(p, sh, s, a, len, last_chunk, da, bc);
+  backward_token_scalars_parallel(p, sh, s, a, len, last_chunk, da, dc0, bc);
 #else
   // Phi = reverse cumsum of dphi, carried across chunks; dangles follows from it.
   if (tid < A) {
@@ -1004,14 +1035,43 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
 
   // Forward walk.
+#if M3_INITIAL_STATES
+  // The previous call's last token left its b-term for our first token: the state entering the
+  // sequence is E = ssm0 + (1 - p_0) dt_0 v0 k0^T, and the angle sum continues from angle0.
+  float c0 = 0.f;
+  if (sh.len > 0) {
+    const float p0 = sigmoidf(bf2f(p.trap[sh.h * p.T + sh.start]));
+    c0 = (1.f - p0) * p.dt[sh.h * p.T + sh.start];
+  }
+  for (int e = tid; e < P * N; e += NT) {
+    const int r = e / N, c = e % N;
+    s.st[r * LDN + c] = fmaf(c0 * bf2f(p.init_v[sh_row * P + r]), p.init_k[sh_row * N + c], p.init_ssm[sh_row * P * N + e]);
+  }
+  if (tid < A) s.phi_carry()[tid] = wrap_angle(bf2f(p.init_angle[sh_row * A + tid]));
+#else
   for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
   if (tid < A) s.phi_carry()[tid] = 0.f;
+#endif
   __syncthreads();
   const int nchunks = (sh.len + C - 1) / C;
   for (int j = 0; j < nchunks; ++j) {
     const int a = j * C;
     forward_chunk(p, sh, s, j, a, min(C, sh.len - a));
   }
+#if M3_INITIAL_STATES
+  // Final states; an empty sequence passes its initial states through (the angle wrapped).
+  for (int e = tid; e < P * N; e += NT) p.final_ssm[sh_row * P * N + e] = s.st[(e / N) * LDN + (e % N)];
+  if (tid < A) p.final_angle[sh_row * A + tid] = f2bf(s.phi_carry()[tid]);
+  if (tid < N) {
+    const int lt = (sh.len - 1) % C;
+    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[lt * LDN + tid] : p.init_k[sh_row * N + tid];
+  }
+  if (tid < P) {
+    p.final_v[sh_row * P + tid] =
+        sh.len > 0 ? p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid]
+                   : p.init_v[sh_row * P + tid];
+  }
+#else
   // Final states; an empty sequence leaves them zero.
   for (int e = tid; e < P * N; e += NT) p.final_ssm[sh_row * P * N + e] = s.st[(e / N) * LDN + (e % N)];
   if (tid < A) {
@@ -1027,6 +1087,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
         sh.len > 0 ? p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid]
                    : static_cast<m3_bf16>(0);
   }
+#endif
   __syncthreads();
 
   // Backward walk.
@@ -1039,6 +1100,26 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
     const int a = j * C;
     backward_chunk(p, sh, s, j, a, min(C, sh.len - a), j == nchunks - 1, bc, qb, kb);
   }
+#if M3_INITIAL_STATES
+  // Gradients of the initial states. s.ds now holds dE; k0 and v0 enter only through E = ssm0 +
+  // c0 v0 k0^T (final_k and final_v come from the tokens), the angle state through every phi.
+  // An empty sequence passes the final-state cotangents straight back.
+  for (int e = tid; e < P * N; e += NT) p.d_init_ssm[sh_row * P * N + e] = s.ds[(e / N) * LDN + (e % N)];
+  if (tid < A) {
+    p.d_init_angle[sh_row * A + tid] =
+        sh.len > 0 ? f2bf(s.big_phi_carry()[tid]) : p.dfinal_angle[sh_row * A + tid];
+  }
+  if (tid < P) {
+    float acc = 0.f;
+    for (int c = 0; c < N; ++c) acc = fmaf(s.ds[tid * LDN + c], p.init_k[sh_row * N + c], acc);
+    p.d_init_v[sh_row * P + tid] = sh.len > 0 ? f2bf(c0 * acc) : p.dfinal_v[sh_row * P + tid];
+  }
+  if (tid < N) {
+    float acc = 0.f;
+    for (int r = 0; r < P; ++r) acc = fmaf(s.ds[r * LDN + tid], bf2f(p.init_v[sh_row * P + r]), acc);
+    p.d_init_k[sh_row * N + tid] = sh.len > 0 ? c0 * acc : p.dfinal_k[sh_row * N + tid];
+  }
+#endif
   // Per-(sequence, head) partial sums of the bias and skip gradients, reduced over the threads
   // that own the same columns in a fixed order.
 #if M3_VECTOR_IO

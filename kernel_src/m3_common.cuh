@@ -104,11 +104,24 @@ struct RegTile {
 // tensor cores: mma.sync m16n8k8 with tf32 operands and fp32 accumulation. tf32 keeps 10 mantissa
 // bits, eight times bf16's precision, so the matmuls stay well inside the error budget. The 8
 // warps are laid out 2 x 4 over the tile; each owns a (M/2) x (NC/4) block of 16 x 8 pieces.
+#ifndef M3_LEAN_MMA
+#define M3_LEAN_MMA 0
+#endif
+#if M3_LEAN_MMA
+// Round to nearest, ties away, as cvt.rna does for every finite value: add half of tf32's last
+// place and let the tensor core drop the 13 low bits. One integer add instead of cvt.rna's
+// compare-and-add sequence, which was a fifth of v5's instructions; the operands, and so the
+// products, are bit for bit those of cvt.rna.
+M3_DEV unsigned to_tf32(float x) { return __float_as_uint(x) + 0x1000u; }
+#define M3_MAC_UNROLL _Pragma("unroll")
+#else
 M3_DEV unsigned to_tf32(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
+#define M3_MAC_UNROLL _Pragma("unroll 2")
+#endif
 
 M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm volatile(
@@ -146,7 +159,8 @@ struct MmaTile {
   template <int K, class FA, class FB>
   M3_DEV void mac(FA fa, FB fb) {
     static_assert(K % 8 == 0, "K must be a multiple of 8");
-#pragma unroll 2
+    // Fully unrolled (M3_LEAN_MMA), every operand address is a base plus an immediate.
+    M3_MAC_UNROLL
     for (int k0 = 0; k0 < K; k0 += 8) {
       unsigned a[MT][4], b[NTL][2];
 #pragma unroll

@@ -46,6 +46,15 @@ struct M3Params {
   float* ws_dqh;      // [T][H][N]: per-head dq, summed over heads by the reduce kernel
   float* ws_dkh;      // [T][H][N]
   float* ws_partial;  // [S][H][2N+1]: per-sequence dq_bias, dk_bias and dd partial sums
+  // initial states and their gradients (variants built with M3_INITIAL_STATES; else unused)
+  const m3_bf16* init_angle;  // [S][H][A]
+  const float* init_ssm;      // [S][H][P][N]
+  const float* init_k;        // [S][H][N]
+  const m3_bf16* init_v;      // [S][H][P]
+  m3_bf16* d_init_angle;
+  float* d_init_ssm;
+  float* d_init_k;
+  m3_bf16* d_init_v;
   int T;
   int S;
   int H;

@@ -13,7 +13,8 @@ namespace {
 const std::vector<OpConfig>& known_configs() {
   static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256},
                                                 OpConfig{"v3", 32, 256}, OpConfig{"v4", 32, 256},
-                                                OpConfig{"v5", 32, 256}};
+                                                OpConfig{"v5", 32, 256}, OpConfig{"v6", 32, 256},
+                                                OpConfig{"v7", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -83,22 +84,33 @@ int seq_bucket(long long num_seqs) {
 // (angle sums, their reverse, dadt and the dt/trap shift) spread over lanes instead of threads;
 // v4: v3 plus 16-byte loads issued before their stores, and 16 lanes per token in the q/k
 // staging and the backward epilogue; v5: v4 plus the forward gate inputs (z, dout) and the
-// angles staged with all loads in flight at once.
+// angles staged with all loads in flight at once; v6: v5 that starts every sequence from given
+// initial states and returns their gradients (and needs them); v7: v5 with the tensor-core
+// operands rounded by one integer add and the k loops fully unrolled (the same products).
 struct VariantTraits {
   bool mma;
   int pad;
   bool parallel_scalars;
   bool vector_io;
   bool stage_all;
+  bool initial_states;
+  bool lean_mma;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false};
-  return {true, 4, true, true, true};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false};
+  return {true, 4, true, true, true, false, true};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
+
+bool takes_initial_states(const OpConfig& c) {
+  require_known(c);
+  return traits(c).initial_states;
+}
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
   require_known(c);
@@ -114,6 +126,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.options.push_back("-DM3_PARALLEL_SCALARS=" + std::to_string(tr.parallel_scalars ? 1 : 0));
   src.options.push_back("-DM3_VECTOR_IO=" + std::to_string(tr.vector_io ? 1 : 0));
   src.options.push_back("-DM3_STAGE_ALL=" + std::to_string(tr.stage_all ? 1 : 0));
+  src.options.push_back("-DM3_INITIAL_STATES=" + std::to_string(tr.initial_states ? 1 : 0));
+  src.options.push_back("-DM3_LEAN_MMA=" + std::to_string(tr.lean_mma ? 1 : 0));
   src.arch = arch;
   return src;
 }

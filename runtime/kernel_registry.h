@@ -13,7 +13,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v5";  // the fastest variant verified on the GPU
+  std::string variant = "v7";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -29,6 +29,9 @@ struct HeadDims {
   int a = 32;
 };
 constexpr HeadDims kSupportedDims{};
+
+// True for the variants whose kernels start from initial states (and then require them).
+bool takes_initial_states(const OpConfig& config);
 
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);

@@ -33,24 +33,27 @@ const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned
   return load_kernel(src, fn, smem);
 }
 
-std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
-                                const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias,
-                                const at::Tensor& k_bias, const at::Tensor& angles, const at::Tensor& d,
-                                const at::Tensor& z, const at::Tensor& cu_seqlens, const at::Tensor& dout,
-                                const at::Tensor& dfinal_angle, const at::Tensor& dfinal_ssm,
-                                const at::Tensor& dfinal_k, const at::Tensor& dfinal_v, c10::string_view config_text) {
+// Runs the chunk scan and the reductions. With `states` (the four initial states) the variant
+// must take them, and the four gradients of the states follow the sixteen results.
+std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>* states,
+                                    c10::string_view config_text) {
   OpConfig config;
   try {
     config = parse_op_config(std::string(config_text));
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
+  TORCH_CHECK_VALUE(takes_initial_states(config) == (states != nullptr), "mamba3_jit: kernel configuration '",
+                    to_string(config), "' ", states ? "does not take initial states; use variant=v6"
+                                                    : "needs initial states; call fwd_vjp_states");
+  const at::Tensor &q = a[0], &k = a[1], &v = a[2], &adt = a[3], &dt = a[4], &trap = a[5], &q_bias = a[6],
+                   &k_bias = a[7], &angles = a[8], &d = a[9], &z = a[10], &cu_seqlens = a[11], &dout = a[12],
+                   &dfinal_angle = a[13], &dfinal_ssm = a[14], &dfinal_k = a[15], &dfinal_v = a[16];
   // Inside graph capture the values of cu_seqlens cannot be read back; the plan below needs only
   // shapes, and the kernels trap on inconsistent boundaries.
   const bool capturing = q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  const Problem pb = validate_arguments({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
-                                         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v},
-                                        /*require_cuda=*/true, /*check_values=*/!capturing);
+  const Problem pb = validate_arguments(a, /*require_cuda=*/true, /*check_values=*/!capturing);
+  if (states) validate_initial_states(*states, pb, q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
   const auto b16 = q.options().dtype(at::kBFloat16);
@@ -113,6 +116,19 @@ std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const 
   p.ws_dqh = ptr<float>(ws_dqh);
   p.ws_dkh = ptr<float>(ws_dkh);
   p.ws_partial = ptr<float>(ws_partial);
+  std::vector<at::Tensor> state_grads;
+  if (states) {
+    const std::vector<at::Tensor>& st = *states;
+    p.init_angle = ptr<const m3_bf16>(st[0]);
+    p.init_ssm = ptr<const float>(st[1]);
+    p.init_k = ptr<const float>(st[2]);
+    p.init_v = ptr<const m3_bf16>(st[3]);
+    for (const auto& t : st) state_grads.push_back(at::empty_like(t));
+    p.d_init_angle = ptr<m3_bf16>(state_grads[0]);
+    p.d_init_ssm = ptr<float>(state_grads[1]);
+    p.d_init_k = ptr<float>(state_grads[2]);
+    p.d_init_v = ptr<m3_bf16>(state_grads[3]);
+  }
   p.T = static_cast<int>(T);
   p.S = static_cast<int>(S);
   p.H = static_cast<int>(H);
@@ -143,8 +159,36 @@ std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const 
   lc.grid[1] = 1;
   reduce_partials.launch(lc, args);
 
-  return {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
-          dq_bias, dk_bias, dangles, dd, dz};
+  std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
+                                     dq_bias, dk_bias, dangles, dd, dz};
+  results.insert(results.end(), state_grads.begin(), state_grads.end());
+  return results;
+}
+
+std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
+                                const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias,
+                                const at::Tensor& k_bias, const at::Tensor& angles, const at::Tensor& d,
+                                const at::Tensor& z, const at::Tensor& cu_seqlens, const at::Tensor& dout,
+                                const at::Tensor& dfinal_angle, const at::Tensor& dfinal_ssm,
+                                const at::Tensor& dfinal_k, const at::Tensor& dfinal_v, c10::string_view config) {
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle,
+                      dfinal_ssm, dfinal_k, dfinal_v},
+                     nullptr, config);
+}
+
+std::vector<at::Tensor> fwd_vjp_states(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const at::Tensor& adt, const at::Tensor& dt, const at::Tensor& trap,
+                                       const at::Tensor& q_bias, const at::Tensor& k_bias, const at::Tensor& angles,
+                                       const at::Tensor& d, const at::Tensor& z, const at::Tensor& cu_seqlens,
+                                       const at::Tensor& dout, const at::Tensor& dfinal_angle,
+                                       const at::Tensor& dfinal_ssm, const at::Tensor& dfinal_k,
+                                       const at::Tensor& dfinal_v, const at::Tensor& initial_angle,
+                                       const at::Tensor& initial_ssm, const at::Tensor& initial_k,
+                                       const at::Tensor& initial_v, c10::string_view config) {
+  const std::vector<at::Tensor> states = {initial_angle, initial_ssm, initial_k, initial_v};
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle,
+                      dfinal_ssm, dfinal_k, dfinal_v},
+                     &states, config.empty() ? c10::string_view("variant=v6") : config);
 }
 
 void validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
@@ -176,6 +220,12 @@ TORCH_LIBRARY(mamba3_jit, m) {
       "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, Tensor dfinal_ssm, "
       "Tensor dfinal_k, Tensor dfinal_v, bool require_cuda=True) -> ()",
       &validate);
+  m.def(
+      "fwd_vjp_states(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, "
+      "Tensor k_bias, Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, "
+      "Tensor dfinal_ssm, Tensor dfinal_k, Tensor dfinal_v, Tensor initial_angle, Tensor initial_ssm, "
+      "Tensor initial_k, Tensor initial_v, str config=\"\") -> Tensor[]",
+      &fwd_vjp_states);
   m.def("specializations(str arch=\"\") -> str[]", &specializations);
 }
 

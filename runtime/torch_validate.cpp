@@ -131,4 +131,28 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   return pb;
 }
 
+void validate_initial_states(const std::vector<at::Tensor>& states, const Problem& pb, const at::Device& device) {
+  static const char* kNames[4] = {"initial_angle_state", "initial_ssm_state", "initial_k_state", "initial_v_state"};
+  static const at::ScalarType kTypes[4] = {at::kBFloat16, at::kFloat, at::kFloat, at::kBFloat16};
+  const std::vector<int64_t> shapes[4] = {
+      {pb.S, pb.H, pb.A}, {pb.S, pb.H, pb.P, pb.N}, {pb.S, pb.H, pb.N}, {pb.S, pb.H, pb.P}};
+  const char* layouts[4] = {"(S, H, A)", "(S, H, P, N)", "(S, H, N)", "(S, H, P)"};
+  TORCH_CHECK_VALUE(states.size() == 4, "mamba3_jit: expected 4 initial states (angle, ssm, k, v), got ",
+                    num(static_cast<int64_t>(states.size())));
+  for (int i = 0; i < 4; ++i) {
+    const at::Tensor& t = states[i];
+    TORCH_CHECK_VALUE(t.defined(), "mamba3_jit: argument '", kNames[i], "' is an undefined tensor");
+    TORCH_CHECK_TYPE(t.scalar_type() == kTypes[i], "mamba3_jit: argument '", kNames[i], "' expected dtype ",
+                     c10::toString(kTypes[i]), ", got ", c10::toString(t.scalar_type()));
+    TORCH_CHECK_VALUE(t.device() == device, "mamba3_jit: argument '", kNames[i], "' expected device ",
+                      device.str(), " (the device of 'q'), got ", t.device().str());
+    bool ok = t.dim() == static_cast<int64_t>(shapes[i].size());
+    for (size_t d = 0; ok && d < shapes[i].size(); ++d) ok = t.size(d) == shapes[i][d];
+    TORCH_CHECK_VALUE(ok, "mamba3_jit: argument '", kNames[i], "' expected shape ", layouts[i], " = ",
+                      shape_str(shapes[i]), ", got ", shape_str(t.sizes()));
+    TORCH_CHECK_VALUE(t.is_contiguous() && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+                      "mamba3_jit: argument '", kNames[i], "' expected a contiguous, 16-byte aligned tensor");
+  }
+}
+
 }  // namespace mamba3_jit

@@ -26,4 +26,8 @@ struct Problem {
 // boundaries themselves and trap on bad ones).
 Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values = true);
 
+// Checks the four initial states (angle, ssm, k, v) against the problem: the dtypes, shapes and
+// device of the final states, contiguous and 16-byte aligned.
+void validate_initial_states(const std::vector<at::Tensor>& states, const Problem& pb, const at::Device& device);
+
 }  // namespace mamba3_jit

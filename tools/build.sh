@@ -24,7 +24,8 @@ fi
 
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# A configure that failed half way leaves a cache but no build files: configure again then.
+if [ ! -f "$build/CMakeCache.txt" ] || { [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; }; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE="$(command -v python3)" "${prefix[@]}" "$@"
 elif [ $# -gt 0 ]; then

@@ -12,8 +12,8 @@ import torch
 from . import _native
 from .training import mamba3_siso
 
-__all__ = ["mamba3_siso", "mamba3_siso_varlen_joint_states_full_vjp", "validate", "specializations",
-           "config_string"]
+__all__ = ["mamba3_siso", "mamba3_siso_varlen_joint_states_full_vjp", "fwd_vjp_with_states", "validate",
+           "specializations", "config_string"]
 
 ConfigLike = Optional[Union[str, Mapping[str, object]]]
 
@@ -35,6 +35,20 @@ def mamba3_siso_varlen_joint_states_full_vjp(
     return tuple(torch.ops.mamba3_jit.fwd_vjp(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, config_string(config)))
+
+
+def fwd_vjp_with_states(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
+        dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, *, initial_states, config: ConfigLike = None):
+    """The joint forward + VJP starting every sequence from `initial_states` = (angle (S,H,A) bf16,
+    ssm (S,H,P,N) fp32, k (S,H,N) fp32, v (S,H,P) bf16), e.g. a previous call's final states.
+    Returns the 16 results followed by the gradients of the 4 initial states. Kernel variant v6,
+    checked against the float64 truth with states in tests/python/test_initial_states_gpu.py."""
+    _native.load()
+    angle0, ssm0, k0, v0 = initial_states
+    return tuple(torch.ops.mamba3_jit.fwd_vjp_states(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
+        dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, angle0, ssm0, k0, v0, config_string(config)))
 
 
 def validate(*args, require_cuda: bool = True) -> None:
