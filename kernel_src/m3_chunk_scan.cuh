@@ -489,7 +489,7 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
     const float* wb = s.vv(kVecWb);
     const float* sc = s.vv(kVecSc);
     Tile<P, N, 4, 8> upd;
-    upd.template mac<C>([&](int r, int k) { return s.v[k * LDP + r]; },
+    upd.template mac_exact<C>([&](int r, int k) { return s.v[k * LDP + r]; },
                         [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
     float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
     upd.for_each([&](int r, int c, float acc) {
@@ -744,9 +744,9 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
     Tile<C, N, C / 16, 8> inter, intra;
-    inter.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+    inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                           [&](int k, int c) { return s.st[k * LDN + c]; });
-    intra.template mac<C>([&](int r, int k) { return s.x[r * LDC + k]; },
+    intra.template mac_exact<C>([&](int r, int k) { return s.x[r * LDC + k]; },
                           [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
@@ -765,9 +765,9 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   // dks into t2.
   {
     Tile<C, N, C / 16, 8> intra, stp;
-    intra.template mac<C>([&](int r, int k) { return s.x[k * LDC + r]; },
+    intra.template mac_exact<C>([&](int r, int k) { return s.x[k * LDC + r]; },
                           [&](int k, int c) { return s.qr[k * LDN + c]; });
-    stp.template mac<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+    stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
     zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
       s.t2[r * LDN + c] = acc_intra + wb[r] * acc_state;
@@ -781,7 +781,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   {
     const float alpha = e[len - 1];
     Tile<P, N, 4, 8> upd;
-    upd.template mac<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
+    upd.template mac_exact<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
                         [&](int k, int c) { return s.qr[k * LDN + c]; });
     float part = 0.f;
 #if M3_INITIAL_STATES

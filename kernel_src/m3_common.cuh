@@ -91,6 +91,12 @@ struct RegTile {
     }
   }
 
+  // fp32 FMAs are already as exact as mac_exact asks.
+  template <int K, class FA, class FB>
+  M3_DEV void mac_exact(FA fa, FB fb) {
+    mac<K>(fa, fb);
+  }
+
   template <class F>
   M3_DEV void for_each(F f) {
 #pragma unroll
@@ -129,6 +135,16 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
       "{%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#ifndef M3_SPLIT_TF32
+#define M3_SPLIT_TF32 0
+#endif
+// x = big + small, both tf32 (round to nearest): big's bits, and small's, ready for mma.
+M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
+  const unsigned b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  big = b;
+  small = __float_as_uint(x - __uint_as_float(b)) + 0x1000u;
 }
 
 template <int M, int NC, int NT>
@@ -183,6 +199,50 @@ struct MmaTile {
         for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
     }
   }
+
+#if M3_SPLIT_TF32
+  // acc += A B to about fp32 accuracy: each operand x = big + small with both halves tf32
+  // (big keeps x's top 11 significant bits, small the next 11), and three products
+  // big*big + big*small + small*big; the dropped small*small is 2^-22 relative. The angle gradient
+  // is a sum over token pairs of terms that cancel exactly in pairs (the scores depend on
+  // phi[t] - phi[s] only), so its per-term rounding, 2^-11 with plain tf32, would not average
+  // away: it grows like sqrt(L) against a bounded result (dangles at 1.3e-2 for L = 65536).
+  template <int K, class FA, class FB>
+  M3_DEV void mac_exact(FA fa, FB fb) {
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    M3_MAC_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      unsigned ab[MT][4], as[MT][4], bb[NTL][2], bs[NTL][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = m0 + i * 16 + g;
+        split_tf32(fa(r, k0 + t), ab[i][0], as[i][0]);
+        split_tf32(fa(r + 8, k0 + t), ab[i][1], as[i][1]);
+        split_tf32(fa(r, k0 + t + 4), ab[i][2], as[i][2]);
+        split_tf32(fa(r + 8, k0 + t + 4), ab[i][3], as[i][3]);
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const int c = n0 + j * 8 + g;
+        split_tf32(fb(k0 + t, c), bb[j][0], bs[j][0]);
+        split_tf32(fb(k0 + t + 4, c), bb[j][1], bs[j][1]);
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) {
+          mma_tf32(acc[i][j], as[i], bb[j]);
+          mma_tf32(acc[i][j], ab[i], bs[j]);
+          mma_tf32(acc[i][j], ab[i], bb[j]);
+        }
+    }
+  }
+#else
+  template <int K, class FA, class FB>
+  M3_DEV void mac_exact(FA fa, FB fb) {
+    mac<K>(fa, fb);
+  }
+#endif
 
   template <class F>
   M3_DEV void for_each(F f) {

@@ -14,10 +14,14 @@ const std::vector<OpConfig>& known_configs() {
   static const std::vector<OpConfig> configs = {OpConfig{"v1", 32, 256}, OpConfig{"v2", 32, 256},
                                                 OpConfig{"v3", 32, 256}, OpConfig{"v4", 32, 256},
                                                 OpConfig{"v5", 32, 256}, OpConfig{"v6", 32, 256},
-                                                OpConfig{"v7", 32, 256}};
+                                                OpConfig{"v7", 32, 256}, OpConfig{"v8", 32, 256},
+                                                OpConfig{"v9", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
+
+// Variants without kernels of their own: they pick another variant's kernels per problem.
+bool dispatch_only(const OpConfig& c) { return c.variant == "v9"; }
 
 std::vector<std::string> dims_options(const OpConfig& c) {
   return {"-DM3_CHUNK=" + std::to_string(c.chunk), "-DM3_N=" + std::to_string(kSupportedDims.n),
@@ -86,7 +90,9 @@ int seq_bucket(long long num_seqs) {
 // staging and the backward epilogue; v5: v4 plus the forward gate inputs (z, dout) and the
 // angles staged with all loads in flight at once; v6: v5 that starts every sequence from given
 // initial states and returns their gradients (and needs them); v7: v5 with the tensor-core
-// operands rounded by one integer add and the k loops fully unrolled (the same products).
+// operands rounded by one integer add and the k loops fully unrolled (the same products); v8: v7
+// with the products that feed the angle gradient (and the states they go through) split into
+// three tf32 products, about fp32-exact, so that dangles stays accurate on long sequences.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -95,15 +101,17 @@ struct VariantTraits {
   bool stage_all;
   bool initial_states;
   bool lean_mma;
+  bool split_tf32;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false};
-  return {true, 4, true, true, true, false, true};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false};
+  return {true, 4, true, true, true, false, true, true};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -112,8 +120,20 @@ bool takes_initial_states(const OpConfig& c) {
   return traits(c).initial_states;
 }
 
+OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence) {
+  require_known(c);
+  if (!dispatch_only(c)) return c;
+  OpConfig r = c;
+  r.variant = longest_sequence > kExactProductsAboveLen ? "v8" : "v7";
+  return r;
+}
+
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
   require_known(c);
+  if (dispatch_only(c)) {
+    throw std::invalid_argument("mamba3_jit: variant " + c.variant +
+                                " has no kernels of its own; call resolve_kernels() first");
+  }
   KernelSource src;
   src.name = "m3_chunk_scan[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
              (bucket > 0 ? std::to_string(bucket) : std::string("any")) + "]";
@@ -128,6 +148,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.options.push_back("-DM3_STAGE_ALL=" + std::to_string(tr.stage_all ? 1 : 0));
   src.options.push_back("-DM3_INITIAL_STATES=" + std::to_string(tr.initial_states ? 1 : 0));
   src.options.push_back("-DM3_LEAN_MMA=" + std::to_string(tr.lean_mma ? 1 : 0));
+  src.options.push_back("-DM3_SPLIT_TF32=" + std::to_string(tr.split_tf32 ? 1 : 0));
   src.arch = arch;
   return src;
 }
@@ -156,6 +177,7 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
   smoke.arch = arch;
   all.push_back(smoke);
   for (const auto& c : known_configs()) {
+    if (dispatch_only(c)) continue;
     for (int b : kBuckets) all.push_back(scan_source(c, b, arch));
   }
   // The reduce kernels depend only on the block size.

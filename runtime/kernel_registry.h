@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v7";  // the fastest variant verified on the GPU
+  std::string variant = "v9";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -35,6 +36,15 @@ bool takes_initial_states(const OpConfig& config);
 
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);
+
+// v9 runs v7's kernels while every sequence is at most this long and v8's (tile products about
+// fp32-exact, 0.87x the speed) beyond: v7's dangles error grows like sqrt(L), from 2.3e-3 at
+// L ~ 1000 to 8.6e-3 at 32768 and 1.25e-2 at 65536 (run 16), and at 4096 it is still about 4e-3.
+constexpr int64_t kExactProductsAboveLen = 4096;
+
+// The configuration whose kernels run a problem whose longest sequence has `longest_sequence`
+// tokens (an upper bound will do): itself, except for the dispatch-only variant v9.
+OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
 KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");

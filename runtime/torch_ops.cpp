@@ -6,7 +6,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <tuple>
 
 #include "../kernel_src/m3_params.cuh"
 #include "jit.h"
@@ -23,9 +27,8 @@ T* ptr(const at::Tensor& t) {
 
 // Fetches a kernel, refusing JIT work while the stream is being captured into a CUDA graph:
 // compiling or loading a module there would break the capture.
-const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned smem) {
-  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None &&
-      !kernel_is_ready(src, fn)) {
+const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned smem, bool capturing) {
+  if (capturing && !kernel_is_ready(src, fn)) {
     throw std::runtime_error("mamba3_jit: kernel " + src.name +
                              " is not loaded yet and the current stream is capturing a CUDA graph; "
                              "call the operator once with the same shapes before capture");
@@ -33,16 +36,60 @@ const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned
   return load_kernel(src, fn, smem);
 }
 
+// The three kernels of one call. Building their sources (a dozen option strings each) and
+// looking them up costs microseconds that every call would pay again, so the set is remembered
+// per (configuration, sequence bucket, device); LoadedKernel references live as long as the
+// process.
+struct CallKernels {
+  const LoadedKernel* scan;
+  const LoadedKernel* reduce_heads;
+  const LoadedKernel* reduce_partials;
+  unsigned scan_smem;
+};
+
+CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, int, int>, CallKernels> memo;
+  const auto key = std::make_tuple(to_string(config), bucket, device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
+  CallKernels k{};
+  k.scan_smem = static_cast<unsigned>(scan_smem_bytes(config));
+  k.scan = &kernel_for(scan_source(config, bucket), "m3_chunk_scan", k.scan_smem, capturing);
+  const KernelSource reduce_src = reduce_source(config);
+  k.reduce_heads = &kernel_for(reduce_src, "m3_reduce_heads", 0, capturing);
+  k.reduce_partials = &kernel_for(reduce_src, "m3_reduce_partials", 0, capturing);
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, k);
+  return k;
+}
+
+// Parsing the config string on every call would cost more than the lookup it feeds.
+OpConfig config_for(c10::string_view text) {
+  static std::mutex mu;
+  static std::map<std::string, OpConfig> memo;
+  const std::string key(text);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = memo.find(key);
+  if (it != memo.end()) return it->second;
+  OpConfig config;
+  try {
+    config = parse_op_config(key);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  memo.emplace(key, config);
+  return config;
+}
+
 // Runs the chunk scan and the reductions. With `states` (the four initial states) the variant
 // must take them, and the four gradients of the states follow the sixteen results.
 std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>* states,
                                     c10::string_view config_text) {
-  OpConfig config;
-  try {
-    config = parse_op_config(std::string(config_text));
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
+  const OpConfig config = config_for(config_text);
   TORCH_CHECK_VALUE(takes_initial_states(config) == (states != nullptr), "mamba3_jit: kernel configuration '",
                     to_string(config), "' ", states ? "does not take initial states; use variant=v6"
                                                     : "needs initial states; call fwd_vjp_states");
@@ -69,13 +116,20 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   at::Tensor dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
   at::Tensor dangles = at::empty_like(angles), dd = at::empty_like(d), dz = at::empty_like(z);
 
-  // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone.
-  const int64_t total_chunks = T / config.chunk + S;
-  at::Tensor ws_states = at::empty({std::max<int64_t>(total_chunks, 1), H, P, N}, f32);
-  at::Tensor ws_phi = at::empty({std::max<int64_t>(total_chunks, 1), H, A}, f32);
-  at::Tensor ws_dqh = at::empty({std::max<int64_t>(T, 1), H, N}, f32);
-  at::Tensor ws_dkh = at::empty({std::max<int64_t>(T, 1), H, N}, f32);
-  at::Tensor ws_partial = at::empty({S, H, 2 * N + 1}, f32);
+  // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
+  // allocation carved into the five buffers: each allocator call costs microseconds of host
+  // time, and the call is short enough for them to show.
+  const int64_t total_chunks = std::max<int64_t>(T / config.chunk + S, 1);
+  const int64_t rows = std::max<int64_t>(T, 1);
+  const int64_t n_states = total_chunks * H * P * N, n_phi = total_chunks * H * A, n_dh = rows * H * N;
+  const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
+  at::Tensor ws = at::empty({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(S * H * (2 * N + 1))}, f32);
+  float* ws_next = ws.data_ptr<float>();
+  const auto carve = [&](int64_t n) {
+    float* piece = ws_next;
+    ws_next += align(n);
+    return piece;
+  };
 
   M3Params p{};
   p.q = ptr<const m3_bf16>(q);
@@ -111,11 +165,11 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.dangles = ptr<m3_bf16>(dangles);
   p.dd = ptr<float>(dd);
   p.dz = ptr<m3_bf16>(dz);
-  p.ws_states = ptr<float>(ws_states);
-  p.ws_phi = ptr<float>(ws_phi);
-  p.ws_dqh = ptr<float>(ws_dqh);
-  p.ws_dkh = ptr<float>(ws_dkh);
-  p.ws_partial = ptr<float>(ws_partial);
+  p.ws_states = carve(n_states);
+  p.ws_phi = carve(n_phi);
+  p.ws_dqh = carve(n_dh);
+  p.ws_dkh = carve(n_dh);
+  p.ws_partial = carve(S * H * (2 * N + 1));
   std::vector<at::Tensor> state_grads;
   if (states) {
     const std::vector<at::Tensor>& st = *states;
@@ -134,12 +188,18 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.H = static_cast<int>(H);
 
   const unsigned threads = static_cast<unsigned>(config.threads);
-  const unsigned scan_smem = static_cast<unsigned>(scan_smem_bytes(config));
-  const LoadedKernel& scan =
-      kernel_for(scan_source(config, seq_bucket(S)), "m3_chunk_scan", scan_smem);
-  const KernelSource reduce_src = reduce_source(config);
-  const LoadedKernel& reduce_heads = kernel_for(reduce_src, "m3_reduce_heads", 0);
-  const LoadedKernel& reduce_partials = kernel_for(reduce_src, "m3_reduce_partials", 0);
+  // Inside capture cu_seqlens was not read; T bounds every sequence.
+  int64_t longest = T;
+  if (!pb.cu_seqlens.empty()) {
+    longest = 0;
+    for (int64_t i = 0; i < S; ++i) longest = std::max<int64_t>(longest, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
+  }
+  const CallKernels kernels =
+      kernels_for(resolve_kernels(config, longest), seq_bucket(S), q.device().index(), capturing);
+  const unsigned scan_smem = kernels.scan_smem;
+  const LoadedKernel& scan = *kernels.scan;
+  const LoadedKernel& reduce_heads = *kernels.reduce_heads;
+  const LoadedKernel& reduce_partials = *kernels.reduce_partials;
 
   void* args[] = {&p};
   LaunchConfig lc;

@@ -1,13 +1,18 @@
-"""The training op: `mamba3_siso`, a torch custom op with a fake implementation and an autograd
-formula, so that it runs inside `loss.backward()`, `torch.compile(fullgraph=True)` and
-activation checkpointing.
+"""The training op: `mamba3_siso`, torch custom ops with fake implementations and autograd
+formulas, so that it runs inside `loss.backward()`, `torch.compile(fullgraph=True)` and
+activation checkpointing. docs/training.md describes it for users.
 
-First version: both directions run the project's joint forward + VJP kernels. The forward calls
-them with zero cotangents and keeps only the five forward results; the backward calls them again
-with autograd's cotangents and keeps the eleven gradients, so its gradients are bitwise those of
-`mamba3_siso_varlen_joint_states_full_vjp` on the same cotangents. The forward saves only its
-inputs (recomputation). Initial states are not supported by the kernels yet and raise
-NotImplementedError.
+Both directions run the project's joint forward + VJP kernels. The forward calls them with zero
+cotangents and keeps only the five forward results; the backward calls them again with
+autograd's cotangents and keeps the gradients, so its gradients are bitwise those of the joint
+entry point on the same cotangents and configuration. The forward saves only its inputs
+(recomputation).
+
+Two pairs of ops:
+- without initial states, `mamba3_jit::siso_forward` / `siso_backward` over `fwd_vjp` (the
+  default, fastest variant);
+- with initial states, `mamba3_jit::siso_forward_states` / `siso_backward_states` over
+  `fwd_vjp_states` (variant v6), whose backward also returns the gradients of the four states.
 """
 from __future__ import annotations
 
@@ -18,8 +23,19 @@ from torch import Tensor
 
 from . import _native
 
-_OP_CONFIG = ""  # the operator's default variant
+_OP_CONFIG = ""         # fwd_vjp's default variant
+_STATES_CONFIG = ""     # fwd_vjp_states' default variant (v6, the one that takes states)
 _INPUT_NAMES = ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "d", "z")
+STATE_NAMES = ("angle", "ssm", "k", "v")
+_STATE_LAYOUTS = ("(S, H, A)", "(S, H, P, N)", "(S, H, N)", "(S, H, P)")
+_STATE_DTYPES = (torch.bfloat16, torch.float32, torch.float32, torch.bfloat16)
+
+
+def _native_op(name: str):
+    """The one place the custom ops reach the native library through, loading it on first use
+    (and the seam where the CPU tests put the float64 reference in the kernels' place)."""
+    _native.load()
+    return getattr(torch.ops.mamba3_jit, name)
 
 
 def _state_shapes(v: Tensor, q: Tensor, angles: Tensor, num_seqs: int):
@@ -34,22 +50,37 @@ def _zero_cotangents(q, v, angles, cu_seqlens):
             q.new_zeros(fk, dtype=torch.float32), v.new_zeros(fv))
 
 
+def _materialise_cotangents(given, q, v, angles, cu_seqlens):
+    """The joint kernels take every cotangent: autograd's None (an unused output) becomes zeros,
+    and a cotangent of another dtype or layout is brought to the kernels' own."""
+    zeros = _zero_cotangents(q, v, angles, cu_seqlens)
+    cotangents = [c if c is not None else zero for c, zero in zip(given, zeros)]
+    return [c.contiguous().to(zero.dtype) for c, zero in zip(cotangents, zeros)]
+
+
+def _forward_fake(q, v, angles, cu_seqlens):
+    S = cu_seqlens.shape[0] - 1
+    fa, fs, fk, fv = _state_shapes(v, q, angles, S)
+    return (v.new_empty(v.shape), angles.new_empty(fa), q.new_empty(fs, dtype=torch.float32),
+            q.new_empty(fk, dtype=torch.float32), v.new_empty(fv))
+
+
+# ------------------------------------------------------------------------------------------------
+# Without initial states
+# ------------------------------------------------------------------------------------------------
+
 @torch.library.custom_op("mamba3_jit::siso_forward", mutates_args=())
 def _siso_forward(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
                   q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
                   cu_seqlens: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    _native.load()
-    results = torch.ops.mamba3_jit.fwd_vjp(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-                                           *_zero_cotangents(q, v, angles, cu_seqlens), _OP_CONFIG)
+    results = _native_op("fwd_vjp")(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
+                                    *_zero_cotangents(q, v, angles, cu_seqlens), _OP_CONFIG)
     return tuple(results[:5])
 
 
 @_siso_forward.register_fake
 def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens):
-    S = cu_seqlens.shape[0] - 1
-    fa, fs, fk, fv = _state_shapes(v, q, angles, S)
-    return (v.new_empty(v.shape), angles.new_empty(fa), q.new_empty(fs, dtype=torch.float32),
-            q.new_empty(fk, dtype=torch.float32), v.new_empty(fv))
+    return _forward_fake(q, v, angles, cu_seqlens)
 
 
 @torch.library.custom_op("mamba3_jit::siso_backward", mutates_args=())
@@ -59,9 +90,8 @@ def _siso_backward(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, tra
                    dfinal_k: Tensor, dfinal_v: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
                                                                 Tensor, Tensor, Tensor, Tensor, Tensor,
                                                                 Tensor]:
-    _native.load()
-    results = torch.ops.mamba3_jit.fwd_vjp(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-                                           dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, _OP_CONFIG)
+    results = _native_op("fwd_vjp")(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
+                                    dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, _OP_CONFIG)
     return tuple(results[5:])
 
 
@@ -78,16 +108,106 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
     saved = ctx.saved_tensors
     q, v, angles, cu_seqlens = saved[0], saved[2], saved[8], saved[11]
-    zeros = _zero_cotangents(q, v, angles, cu_seqlens)
-    # The joint kernels take every cotangent; autograd's None means zero.
-    cotangents = [c if c is not None else zero
-                  for c, zero in zip((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v), zeros)]
-    cotangents = [c.contiguous().to(zero.dtype) for c, zero in zip(cotangents, zeros)]
+    cotangents = _materialise_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v),
+                                         q, v, angles, cu_seqlens)
     grads = _siso_backward(*saved, *cotangents)
     return (*grads, None)
 
 
 torch.library.register_autograd("mamba3_jit::siso_forward", _backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------------------------------
+# With initial states
+# ------------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("mamba3_jit::siso_forward_states", mutates_args=())
+def _siso_forward_states(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
+                         q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
+                         cu_seqlens: Tensor, initial_angle: Tensor, initial_ssm: Tensor,
+                         initial_k: Tensor, initial_v: Tensor
+                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    results = _native_op("fwd_vjp_states")(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
+        *_zero_cotangents(q, v, angles, cu_seqlens),
+        initial_angle, initial_ssm, initial_k, initial_v, _STATES_CONFIG)
+    return tuple(results[:5])
+
+
+@_siso_forward_states.register_fake
+def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, initial_angle, initial_ssm,
+      initial_k, initial_v):
+    return _forward_fake(q, v, angles, cu_seqlens)
+
+
+@torch.library.custom_op("mamba3_jit::siso_backward_states", mutates_args=())
+def _siso_backward_states(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
+                          q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
+                          cu_seqlens: Tensor, dout: Tensor, dfinal_angle: Tensor, dfinal_ssm: Tensor,
+                          dfinal_k: Tensor, dfinal_v: Tensor, initial_angle: Tensor, initial_ssm: Tensor,
+                          initial_k: Tensor, initial_v: Tensor
+                          ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                     Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    results = _native_op("fwd_vjp_states")(
+        q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
+        dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v,
+        initial_angle, initial_ssm, initial_k, initial_v, _STATES_CONFIG)
+    return tuple(results[5:])
+
+
+@_siso_backward_states.register_fake
+def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle, dfinal_ssm,
+      dfinal_k, dfinal_v, initial_angle, initial_ssm, initial_k, initial_v):
+    return tuple(x.new_empty(x.shape) for x in (q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
+                                                 initial_angle, initial_ssm, initial_k, initial_v))
+
+
+def _backward_states(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
+    saved = ctx.saved_tensors
+    inputs, states = saved[:12], saved[12:]
+    q, v, angles, cu_seqlens = inputs[0], inputs[2], inputs[8], inputs[11]
+    cotangents = _materialise_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v),
+                                         q, v, angles, cu_seqlens)
+    grads = _siso_backward_states(*inputs, *cotangents, *states)
+    return (*grads[:11], None, *grads[11:])
+
+
+torch.library.register_autograd("mamba3_jit::siso_forward_states", _backward_states,
+                                setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------------------------------
+# The entry point
+# ------------------------------------------------------------------------------------------------
+
+def _check_initial_states(initial_states, q: Tensor, v: Tensor, angles: Tensor,
+                          cu_seqlens: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A wrong tuple fails here, naming the state, before any kernel is launched or anything is
+    traced into a graph; layout and alignment are left to the native op, whose message names
+    the state as well."""
+    if not isinstance(initial_states, (tuple, list)):
+        raise TypeError("mamba3_siso: initial_states must be None or a tuple of 4 tensors "
+                        f"(angle, ssm, k, v), got {type(initial_states).__name__}")
+    if len(initial_states) != 4:
+        raise ValueError("mamba3_siso: initial_states must hold 4 tensors (angle, ssm, k, v), "
+                         f"got {len(initial_states)}")
+    # Malformed inputs leave nothing to derive the expected shapes from; the native op's own
+    # checks name the offending input in that case.
+    shapes = None
+    if q.dim() == 4 and v.dim() == 4 and angles.dim() == 4 and cu_seqlens.dim() == 1:
+        shapes = _state_shapes(v, q, angles, cu_seqlens.shape[0] - 1)
+    for i, (name, x) in enumerate(zip(STATE_NAMES, initial_states)):
+        what = f"mamba3_siso: initial_states[{i}] ({name} state)"
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{what} must be a tensor, got {type(x).__name__}")
+        if x.dtype != _STATE_DTYPES[i]:
+            raise TypeError(f"{what} expected dtype {_STATE_DTYPES[i]}, got {x.dtype}")
+        if x.device != q.device:
+            raise ValueError(f"{what} expected device {q.device} (the device of q), got {x.device}")
+        if shapes is not None and tuple(x.shape) != shapes[i]:
+            raise ValueError(f"{what} expected shape {_STATE_LAYOUTS[i]} = {shapes[i]}, "
+                             f"got {tuple(x.shape)}")
+    return tuple(initial_states)
 
 
 def mamba3_siso(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor, q_bias: Tensor,
@@ -97,12 +217,18 @@ def mamba3_siso(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: 
 
     Returns the output (1, T, H, P), and with return_final_states=True also the final
     (angle, ssm, k, v) states. Arguments as in SPEC section 1.
+
+    initial_states: None (every sequence starts from zero states) or (angle (S,H,A) bf16,
+    ssm (S,H,P,N) fp32, k (S,H,N) fp32, v (S,H,P) bf16), the shapes and dtypes of the final
+    states; row i is the state sequence i starts from, normally the final states of a previous
+    call on the same sequences. Gradients flow to these four tensors too.
     """
-    if initial_states is not None:
-        raise NotImplementedError(
-            "mamba3_siso: initial_states are not supported by the kernels yet; pass None "
-            "(every sequence then starts from zero states)")
-    out, fa, fs, fk, fv = _siso_forward(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens)
+    inputs = (q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens)
+    if initial_states is None:
+        out, fa, fs, fk, fv = _siso_forward(*inputs)
+    else:
+        states = _check_initial_states(initial_states, q, v, angles, cu_seqlens)
+        out, fa, fs, fk, fv = _siso_forward_states(*inputs, *states)
     if return_final_states:
         return out, (fa, fs, fk, fv)
     return out

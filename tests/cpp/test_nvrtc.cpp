@@ -136,3 +136,14 @@ TEST_CASE("an error inside an embedded header is excerpted from that header", "[
     CHECK(what.find("m3_smoke_axpb") != std::string::npos);
   }
 }
+
+TEST_CASE("v9 runs v7's kernels up to the exact-products length and v8's beyond", "[registry]") {
+  const OpConfig v9 = parse_op_config("variant=v9");
+  CHECK(resolve_kernels(v9, 1).variant == "v7");
+  CHECK(resolve_kernels(v9, kExactProductsAboveLen).variant == "v7");
+  CHECK(resolve_kernels(v9, kExactProductsAboveLen + 1).variant == "v8");
+  CHECK(resolve_kernels(parse_op_config("variant=v5"), 1 << 20).variant == "v5");
+  CHECK_THROWS_AS(scan_source(v9, 0), std::invalid_argument);
+  // Its kernels are v7's and v8's: the warm-up list has none under its own name.
+  for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find("v9") == std::string::npos);
+}

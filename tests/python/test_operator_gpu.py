@@ -11,7 +11,7 @@ from mamba3_jit.reference import ARG_NAMES, RESULT_NAMES, case_args, compare, ma
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9"]
 
 
 def _run(case, variant="v1"):
@@ -113,3 +113,14 @@ def test_lean_tensor_core_operands_match_cvt_rna_bitwise():
     lean = _run(case, "v7")
     for name, a, b in zip(RESULT_NAMES, ref, lean):
         assert torch.equal(a, b), f"{name} differs between v5 and v7"
+
+
+def test_v9_runs_v7_up_to_4096_tokens_and_v8_beyond():
+    """v9 only dispatches: bitwise v7 while every sequence has at most 4096 tokens, bitwise v8
+    (about fp32-exact tile products) once one is longer."""
+    for seq_lens, twin in (([4096, 300, 1], "v7"), ([4097, 64], "v8")):
+        case = make_case(seq_lens, seed=33, device="cuda")
+        got = _run(case, "v9")
+        want = _run(case, twin)
+        for name, a, b in zip(RESULT_NAMES, got, want):
+            assert torch.equal(a, b), f"{seq_lens}: {name} differs between v9 and {twin}"

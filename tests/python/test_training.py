@@ -1,5 +1,11 @@
-"""The training op `mamba3_siso`: fake implementation and argument errors on the CPU; parity with
-the joint VJP, torch.compile and checkpointing on the GPU."""
+"""The training op `mamba3_siso` without initial states: fake implementation and argument errors on
+the CPU; parity with the joint VJP, torch.compile and checkpointing on the GPU. The same with
+initial states is in test_training_states.py."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -26,12 +32,6 @@ def test_fake_implementation_gives_shapes_and_dtypes():
     assert (fs.shape, fs.dtype) == ((S, H, P, N), torch.float32)
     assert (fk.shape, fk.dtype) == ((S, H, N), torch.float32)
     assert (fv.shape, fv.dtype) == ((S, H, P), torch.bfloat16)
-
-
-def test_initial_states_are_refused_clearly():
-    case = make_case([4], seed=2)
-    with pytest.raises(NotImplementedError, match="initial_states"):
-        mamba3_jit.mamba3_siso(*_inputs(case), initial_states=(None, None, None, None))
 
 
 def test_cpu_inputs_raise_a_value_error():
@@ -109,3 +109,67 @@ def test_opcheck():
     case = make_case([40, 3], seed=7, device="cuda")
     torch.library.opcheck(torch.ops.mamba3_jit.siso_forward.default, tuple(_inputs(case)),
                           test_utils=("test_schema", "test_faketensor"))
+
+
+# ------------------------------------------------------------------------------------------------
+# examples/train_tiny.py: only what is cheap on the CPU; its training needs a GPU
+# ------------------------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
+
+
+def _run_example(*args):
+    return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_example_help_lists_its_options():
+    proc = _run_example("--help")
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--steps", "--device", "--seed", "--segments"):
+        assert option in proc.stdout
+
+
+def test_example_refuses_a_non_cuda_device_clearly():
+    proc = _run_example("--device", "cpu", "--steps", "1")
+    assert proc.returncode != 0
+    assert "needs a CUDA device" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("train_tiny", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_batches_cover_every_token_once_in_order(example):
+    gen = torch.Generator().manual_seed(0)
+    x, target, segments = example.make_batch(3, 5, 9, 3, gen, "cpu")
+    T = x.shape[0]
+    assert target.shape == x.shape
+    idx = torch.cat([i for i, _ in segments])
+    assert torch.equal(idx.sort().values, torch.arange(T))
+    for i, cu in segments:
+        assert cu.dtype == torch.int32 and len(cu) == 4 and int(cu[-1]) == len(i)
+    # Each sequence's pieces are consecutive token runs, the later call taking the later piece.
+    starts = [i[cu[:-1].long()] for i, cu in segments]
+    for a, b in zip(starts, starts[1:]):
+        assert bool((a < b).all())
+
+
+def test_example_block_runs_in_pieces_as_in_one_call(example):
+    # With the float32 eager layer, handing the states on between calls continues the layer
+    # exactly, so the prediction does not depend on the number of calls.
+    torch.manual_seed(0)
+    model = example.TinyMamba3()
+    gen = torch.Generator().manual_seed(1)
+    x, _, one = example.make_batch(2, 20, 30, 1, gen, "cpu")
+    gen = torch.Generator().manual_seed(1)
+    _, _, two = example.make_batch(2, 20, 30, 2, gen, "cpu")
+    with torch.no_grad():
+        a = model(x, one, example.eager_layer)
+        b = model(x, two, example.eager_layer)
+    assert a.shape == x.shape and bool(torch.isfinite(a).all())
+    assert torch.allclose(a, b, rtol=1e-3, atol=1e-4)
