@@ -29,6 +29,8 @@ step() {  # name, command...
   return $rc
 }
 step build bash tools/build.sh || { printf '%s\n' "${summary[@]}"; exit 1; }
+# Every specialisation compiled in parallel up front, so that no test pays a JIT compile.
+step warmup build/mamba3-jit-warmup
 step ctest ctest --test-dir build --output-on-failure -j 8
 step pytest python3 -m pytest -q -p no:cacheprovider tests/python
 step selfcheck python3 tools/selfcheck.py --solver "$solver" --json "$out/selfcheck.json"
