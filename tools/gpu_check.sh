@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU, in one pass, for a machine where device time is scarce: build,
+# Everything that needs the GPU, in one pass, for a machine where GPU time is scarce: build,
 # the C++ tests, the Python tests (the GPU ones included), the self-check of a solver and a side by
 # side bench of solvers. Logs and JSON go to OUT_DIR (default build/gpu-check); a short summary
 # is printed last.

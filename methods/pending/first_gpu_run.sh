@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first GPU run of the pending patches, in one device call that stays under its time limit:
+# The first GPU run of the pending patches, in one pass of under 10 minutes:
 # apply both patches to this copy of the tree, build, warm the cache, run the new GPU tests
 # under timeouts (a hang would point at v10's flags), then bench v9, v10 and v11 side by side.
 # Logs go to OUT_DIR (default build/pending-run).
