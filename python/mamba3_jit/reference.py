@@ -367,10 +367,12 @@ DEFAULT_CHUNK = 256
 
 
 def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, chunk,
-                              init=None):
+                              init=None, matmul=torch.matmul):
     """One non-empty sequence, all heads at once, in chunks of ``chunk`` tokens.
 
-    Shapes, ``init`` and results as in ``_sequence_forward``.
+    Shapes, ``init`` and results as in ``_sequence_forward``. ``matmul`` computes the four tile
+    products (scores, intra-chunk outputs, chunk states, inter-chunk outputs); a study of
+    operand precision passes one that rounds its operands like a tensor core would.
     """
     L, G, N = q.shape
     H, P = v.shape[1], v.shape[2]
@@ -401,12 +403,12 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
     causal = torch.ones(C, C, dtype=torch.bool, device=c.device).tril()
     # Mask before exp: above the diagonal the difference can be positive and overflow (inf * 0).
     W = torch.exp((cl.unsqueeze(-1) - cl.unsqueeze(-2)).masked_fill(~causal, float("-inf")))
-    M = W * (qr_c @ ks_c.transpose(-1, -2))                              # (H, nc, C, C)
-    y_c = M @ v_c                                                        # (H, nc, C, P)
+    M = W * matmul(qr_c, ks_c.transpose(-1, -2))                         # (H, nc, C, C)
+    y_c = matmul(M, v_c)                                                 # (H, nc, C, P)
 
     # What each chunk adds to the state it hands on, and how much the state decays across it.
     w_end = torch.exp(cl[..., -1:] - cl)                                 # exp(c[b-1] - c[s])
-    U = (v_c * w_end.unsqueeze(-1)).transpose(-1, -2) @ ks_c             # (H, nc, P, N)
+    U = matmul((v_c * w_end.unsqueeze(-1)).transpose(-1, -2), ks_c)      # (H, nc, P, N)
     alpha = torch.exp(cl[..., -1]).unsqueeze(-1).unsqueeze(-1)           # (H, nc, 1, 1)
 
     # The recurrence over chunks is the only sequential step; it runs over chunks, not tokens.
@@ -419,7 +421,7 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
     S_in = torch.stack(entering, dim=1)                                  # (H, nc, P, N)
 
     # Inter-chunk part: the state entering the chunk, decayed to each token and read by qr.
-    y_c = y_c + torch.exp(cl).unsqueeze(-1) * (qr_c @ S_in.transpose(-1, -2))
+    y_c = y_c + torch.exp(cl).unsqueeze(-1) * matmul(qr_c, S_in.transpose(-1, -2))
 
     y = y_c.flatten(1, 2)[:, :L] + (d.unsqueeze(1) - qk).unsqueeze(-1) * vh
     zh = z.transpose(0, 1)
@@ -428,13 +430,13 @@ def _sequence_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d,
 
 
 def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-                          chunk=DEFAULT_CHUNK, *, initial_states=None):
+                          chunk=DEFAULT_CHUNK, *, initial_states=None, matmul=torch.matmul):
     """``layer_forward`` in chunked form: the same five results, differentiable, in the dtype of
     the given inputs, with memory linear in the sequence length.
 
     ``chunk`` is the chunk length in tokens (any positive integer; it changes the summation order
     only). Each sequence is its own set of chunks: chunks never straddle a boundary.
-    ``initial_states`` as in ``layer_forward``.
+    ``initial_states`` as in ``layer_forward``; ``matmul`` as in ``_sequence_forward_chunked``.
     """
     chunk = int(chunk)
     if chunk < 1:
@@ -442,7 +444,7 @@ def layer_forward_chunked(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, 
 
     def sequence_forward(*per_sequence_args):
         *inputs, init = per_sequence_args
-        return _sequence_forward_chunked(*inputs, chunk, init)
+        return _sequence_forward_chunked(*inputs, chunk, init, matmul)
 
     return _per_sequence(sequence_forward, q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
                          cu_seqlens, initial_states)
@@ -482,7 +484,7 @@ def _fwd_vjp(args, dtype, forward=layer_forward, with_states=False, initial_stat
     return tuple(o.detach() for o in outs) + tuple(grads)
 
 
-def reference_fwd_vjp(*args, dtype=torch.float64, chunked=False, chunk=None):
+def reference_fwd_vjp(*args, dtype=torch.float64, chunked=False, chunk=None, matmul=None):
     """The truth: forward and full VJP in ``dtype`` (float64) on the given input values.
 
     Takes the 17 arguments (or one case dict) and returns the 16 results in RESULT_NAMES order,
@@ -491,13 +493,15 @@ def reference_fwd_vjp(*args, dtype=torch.float64, chunked=False, chunk=None):
     By default the forward is the masked quadratic form (``layer_forward``). ``chunked=True``, or
     a ``chunk`` length, uses ``layer_forward_chunked`` instead (chunks of ``chunk`` tokens,
     DEFAULT_CHUNK when not given): the same results to rounding, with memory linear in the
-    sequence length, for sequences too long for the quadratic form.
+    sequence length, for sequences too long for the quadratic form. ``matmul`` (chunked form
+    only) replaces its tile products, for precision studies.
     """
-    if chunk is None and not chunked:
+    if chunk is None and not chunked and matmul is None:
         return _fwd_vjp(args, dtype)
     size = DEFAULT_CHUNK if chunk is None else int(chunk)
+    product = torch.matmul if matmul is None else matmul
     return _fwd_vjp(args, dtype,
-                    lambda *x: layer_forward_chunked(*x, chunk=size))
+                    lambda *x: layer_forward_chunked(*x, chunk=size, matmul=product))
 
 
 def reference_fwd_vjp_with_states(*args, initial_states=None, dtype=torch.float64, chunked=False,

@@ -231,3 +231,22 @@ def test_bench_default_solver_is_main():
     opts = bench.parse_args([])
     assert opts.solver == [str(Hn.DEFAULT_SOLVER)] and opts.reps == 1
     assert bench.parse_args(["--solver", "a.py", "--solver", "b.py"]).reps == 2
+
+
+def test_precision_study_rounds_like_the_tensor_core_formats():
+    """methods/precision_study.py emulates operand formats: bf16 rounding must be torch's own
+    (round to nearest even), and the split product must be far more exact than the plain one."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("precision_study", Hn.REPO / "methods" / "precision_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4096, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-6, 6, (4096,), generator=g)
+    assert torch.equal(study.round_to(x, 8), x.to(torch.bfloat16).to(torch.float64))
+    a = torch.randn(64, 128, generator=g, dtype=torch.float64)
+    b = torch.randn(128, 32, generator=g, dtype=torch.float64)
+    exact = a @ b
+    plain = study.operand_product("bf16")(a, b)
+    split = study.operand_product("bf16x3")(a, b)
+    err = lambda y: ((y - exact).norm() / exact.norm()).item()  # noqa: E731
+    assert err(plain) > 1e-3 and err(split) < 1e-4

@@ -1,0 +1,131 @@
+"""Which tensor-core operand formats keep every result inside the error budget?
+
+The chunked float64 reference runs with its four tile products, and the eight products autograd
+derives from them for the backward, replaced by products whose operands are first rounded to a
+tensor-core format: tf32 (11 significant bits), bf16 (8), or a split format where each operand is
+hi + lo in that format and the product is hi*hi + hi*lo + lo*hi (about twice the bits). Everything
+else stays float64, so the errors measured are those of the operand formats alone; the results
+are then cast to the contract's dtypes (bf16 outputs round as the kernel's do) and compared with
+the float64 truth, per tensor, with SPEC's rel-L2.
+
+The chunk is the kernel's (32 tokens by default). Runs on the CPU:
+    python3 methods/precision_study.py [--cases c00,c06] [--formats tf32,bf16,bf16x3] [--chunk 32]
+        [--long 4096] [--json OUT]
+A format may also be mix=F/F/F/F, one per product site: scores (qr ks^T), intra (M v), state
+(the chunk's state contribution) and inter (qr S^T), each with its two backward products.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from mamba3_jit import harness as Hn  # noqa: E402
+from mamba3_jit import reference as R  # noqa: E402
+
+SIGNIFICANT_BITS = {"tf32": 11, "bf16": 8}
+
+
+def round_to(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x rounded to `bits` significant bits (round to nearest even); range is not limited, as
+    tf32 and bf16 share fp32's exponent range."""
+    m, e = torch.frexp(x)
+    return torch.ldexp(torch.round(m * 2.0 ** bits) / 2.0 ** bits, e)
+
+
+def operand_product(fmt: str):
+    """a @ b as a tensor core computes it in `fmt`, accumulated exactly (float64)."""
+    if fmt == "fp64":
+        return torch.matmul
+    split = fmt.endswith("x3")
+    bits = SIGNIFICANT_BITS[fmt[:-2] if split else fmt]
+    if not split:
+        return lambda a, b: round_to(a, bits) @ round_to(b, bits)
+
+    def product(a, b):
+        ah, bh = round_to(a, bits), round_to(b, bits)
+        al, bl = round_to(a - ah, bits), round_to(b - bh, bits)
+        return ah @ bh + (ah @ bl + al @ bh)
+    return product
+
+
+def rounded_matmul(fmt: str):
+    """A differentiable matmul whose forward and both backward products use `fmt` operands."""
+    mm = operand_product(fmt)
+
+    class RoundedMatmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return mm(a, b)
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return mm(g, b.transpose(-1, -2)), mm(a.transpose(-1, -2), g)
+
+    return RoundedMatmul.apply
+
+
+# The chunked reference calls its tile products in this order, once per sequence.
+SITES = ("scores", "intra", "state", "inter")
+
+
+def site_matmul(fmt: str):
+    """One format for every product, or "mix=F/F/F/F": one per site of SITES (each site's two
+    backward products use its format too)."""
+    if not fmt.startswith("mix="):
+        return rounded_matmul(fmt)
+    per_site = [rounded_matmul(f) for f in fmt[4:].split("/")]
+    if len(per_site) != len(SITES):
+        raise ValueError(f"{fmt}: expected one format for each of {SITES}")
+    calls = [0]
+
+    def product(a, b):
+        mm = per_site[calls[0] % len(SITES)]
+        calls[0] += 1
+        return mm(a, b)
+    return product
+
+
+def study(case, fmt: str, chunk: int) -> dict:
+    args = R.case_args(case)
+    truth = R.reference_fwd_vjp(*args, chunk=64)  # agrees with the quadratic form to 1e-10
+    raw = R.reference_fwd_vjp(*args, chunk=chunk, matmul=site_matmul(fmt))
+    # The kernel hands its results over in the contract's dtypes.
+    result = [x.to(R.RESULT_DTYPES[n]) for n, x in zip(R.RESULT_NAMES, raw)]
+    report = R.compare(result, truth, case["cu_seqlens"])
+    return {n: report["tensors"][n]["rel_l2"] for n in R.RESULT_NAMES}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="c00,c06", help="visible cases by name (comma-separated)")
+    ap.add_argument("--formats", default="fp64,tf32,tf32x3,bf16,bf16x3",
+                    help="comma-separated; fp64, tf32, bf16, tf32x3, bf16x3 or mix=F/F/F/F")
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--long", type=int, default=0, help="also one sequence of this many tokens")
+    ap.add_argument("--json", help="write the table here")
+    opts = ap.parse_args(argv)
+    cases = [(c["name"], R.make_case(c["seq_lens"], c["seed"])) for c in Hn.load_cases(name_filter=opts.cases)]
+    if opts.long:
+        cases.append((f"L={opts.long}", R.make_case([opts.long], seed=71)))
+    formats = [f for f in opts.formats.split(",") if f]
+    table = {}
+    for name, case in cases:
+        for fmt in formats:
+            errs = study(case, fmt, opts.chunk)
+            table[f"{name}/{fmt}"] = errs
+            worst = sorted(errs.items(), key=lambda kv: -kv[1])[:4]
+            print(f"{name:>8} {fmt:>7}: " + ", ".join(f"{n} {e:.2e}" for n, e in worst), flush=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(table, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
