@@ -108,8 +108,9 @@ struct RegTile {
 
 // The same contract as RegTile (mac over lambdas, for_each over (row, col, acc)), computed by
 // tensor cores: mma.sync m16n8k8 with tf32 operands and fp32 accumulation. tf32 keeps 10 mantissa
-// bits, eight times bf16's precision, so the matmuls stay well inside the error budget. The 8
-// warps are laid out 2 x 4 over the tile; each owns a (M/2) x (NC/4) block of 16 x 8 pieces.
+// bits, eight times bf16's precision: inside the error budget on sequences of a few thousand
+// tokens, not beyond (see mac_exact). The 8 warps are laid out 2 x 4 over the tile; each owns a
+// (M/2) x (NC/4) block of 16 x 8 pieces.
 #ifndef M3_LEAN_MMA
 #define M3_LEAN_MMA 0
 #endif
