@@ -25,8 +25,13 @@ def test_fake_implementation_gives_shapes_and_dtypes():
     case = make_case([5, 0, 3], seed=1)
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) for t in _inputs(case)]
-        out, (fa, fs, fk, fv) = mamba3_jit.mamba3_siso(*fake, return_final_states=True)
-    T, S, H, N, P, A = 8, 3, 32, 128, 64, 32
+        out, finals = mamba3_jit.mamba3_siso(*fake, return_final_states=True)
+    _assert_forward_shapes(out, finals, T=8, S=3)
+
+
+def _assert_forward_shapes(out, finals, T, S, H=32, N=128, P=64, A=32):
+    """The output and the four final states have the contract's shapes and dtypes."""
+    fa, fs, fk, fv = finals
     assert (out.shape, out.dtype) == ((1, T, H, P), torch.bfloat16)
     assert (fa.shape, fa.dtype) == ((S, H, A), torch.bfloat16)
     assert (fs.shape, fs.dtype) == ((S, H, P, N), torch.float32)

@@ -16,7 +16,7 @@ import mamba3_jit
 from mamba3_jit import training
 from mamba3_jit import reference as R
 from test_initial_states import _segments
-from test_training import DIFF, INPUTS, _inputs, _leaf_inputs
+from test_training import DIFF, INPUTS, _assert_forward_shapes, _inputs, _leaf_inputs
 
 FINAL_COTANGENTS = ("dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 # The dimension that indexes tokens in each per-token input.
@@ -92,14 +92,8 @@ def test_fake_forward_with_states_gives_shapes_and_dtypes():
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) for t in _inputs(case)]
         states = [mode.from_tensor(t) for t in _random_states(case, 1)]
-        out, (fa, fs, fk, fv) = mamba3_jit.mamba3_siso(*fake, initial_states=tuple(states),
-                                                       return_final_states=True)
-    T, S, H, N, P, A = 8, 3, 32, 128, 64, 32
-    assert (out.shape, out.dtype) == ((1, T, H, P), torch.bfloat16)
-    assert (fa.shape, fa.dtype) == ((S, H, A), torch.bfloat16)
-    assert (fs.shape, fs.dtype) == ((S, H, P, N), torch.float32)
-    assert (fk.shape, fk.dtype) == ((S, H, N), torch.float32)
-    assert (fv.shape, fv.dtype) == ((S, H, P), torch.bfloat16)
+        out, finals = mamba3_jit.mamba3_siso(*fake, initial_states=tuple(states), return_final_states=True)
+    _assert_forward_shapes(out, finals, T=8, S=3)
 
 
 def test_fake_backward_with_states_gives_shapes_and_dtypes():
