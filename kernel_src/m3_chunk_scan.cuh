@@ -50,6 +50,7 @@ constexpr int LDP = P + M3_PAD;
 constexpr int LDC = C + M3_PAD;
 constexpr int NPAIR = N / 2;
 constexpr M3ScanLayout L = m3_scan_layout(C, N, P, A, NT, M3_PAD);
+constexpr M3ScanLayout LF = m3_scan_forward_layout(C, N, P, A, NT, M3_PAD);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -127,12 +128,16 @@ M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_st
 }
 
 // A P x N fp32 state from global memory into padded shared rows.
+// kFromL2: read with ld.global.cg, past L1, for a state another CTA of the same kernel just
+// published (an L1 line could be stale).
+template <bool kFromL2 = false>
 M3_DEV void stage_state(const float* src, float* dst) {
   constexpr int QUADS = P * N / 4, ITERS = QUADS / NT;
   static_assert(ITERS * NT == QUADS, "state must split evenly over the block");
+  const float4* from = reinterpret_cast<const float4*>(src);
   float4 u[ITERS];
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) u[it] = reinterpret_cast<const float4*>(src)[threadIdx.x + it * NT];
+  for (int it = 0; it < ITERS; ++it) u[it] = kFromL2 ? __ldcg(from + threadIdx.x + it * NT) : from[threadIdx.x + it * NT];
 #pragma unroll
   for (int it = 0; it < ITERS; ++it) {
     const int e = 4 * (threadIdx.x + it * NT);
@@ -162,6 +167,24 @@ struct Smem {
   M3_DEV float* big_phi_carry() { return vec + kVecCount * C + A; }
   M3_DEV float* scalars() { return vec + kVecCount * C + 2 * A; }
 };
+
+// The forward's share of the layout (m3_scan_forward_layout): no state-gradient, dM, dks or dphi
+// tiles, and t1 only C x P; those pointers stay null.
+M3_DEV Smem carve_forward(float* base) {
+  Smem s{};
+  s.qr = base + LF.qr;
+  s.kr = base + LF.kr;
+  s.v = base + LF.v;
+  s.dy = base + LF.dy;
+  s.st = base + LF.st;
+  s.m = base + LF.m;
+  s.t1 = base + LF.t1;
+  s.phi = base + LF.phi;
+  s.th = base + LF.th;
+  s.vec = base + LF.vec;
+  s.red = base + LF.red;
+  return s;
+}
 
 M3_DEV Smem carve(float* base) {
   Smem s;
@@ -434,27 +457,37 @@ M3_DEV void build_mixing(Smem& s, int len) {
 
 M3_DEV float wrap_angle(float x) { return x - kM3TwoPi * floorf(x / kM3TwoPi); }
 
-M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len) {
+// The P x N state tile type; its accumulators hold a chunk's contribution to a state.
+using StateTile = Tile<P, N, 4, 8>;
+
+// Everything of a forward chunk that the state does not enter: the chunk's inputs, decays,
+// angles and rotations (load_chunk), the gate's inputs and the mixing matrix.
+M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
   const int H = p.H;
-  const int chunk = sh.chunk_base + j;
-  // The angle sum entering the chunk, for the backward walk.
-  if (threadIdx.x < A) {
-    p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + threadIdx.x] = s.phi_carry()[threadIdx.x];
-  }
+  (void)H;
   load_chunk(p, sh, s, a, len);
 #if M3_STAGE_ALL
-  // The gate's inputs, staged while dy and t1 are idle in the forward walk; build_mixing's
-  // closing barrier publishes them.
+  // The gate's inputs, staged while dy and t1 are idle in the forward walk (dout in rows of
+  // P, so that a forward-only layout can give t1 just C x P); build_mixing's closing barrier
+  // publishes them.
   {
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
                           [](float x, float) { return x; });
-    stage_bf16_rows<C, P>(p.dout + row0, nullptr, static_cast<long long>(H) * P, len, s.t1, LDN,
-                          [](float x, float) { return x; });
+    // A missing dout (nullptr) is zero; without dz (forward only) it is not needed at all.
+    if (p.dz) {
+      stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, nullptr, static_cast<long long>(H) * P,
+                            p.dout ? len : 0, s.t1, LDP, [](float x, float) { return x; });
+    }
   }
 #endif
   build_mixing(s, len);
+}
 
+// y = intra-chunk part + e * (state entering the chunk, in s.st) qr + skip terms, then the gate:
+// output and dz.
+M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
+  const int H = p.H;
   const float dh = p.d[sh.h];
   const float* e = s.vv(kVecE);
   {
@@ -471,26 +504,42 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
         const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
 #if M3_STAGE_ALL
         const float zz = s.dy[r * LDP + c];
-        const float dout = s.t1[r * LDN + c];
+        const float dout = p.dz ? s.t1[r * LDP + c] : 0.f;
 #else
         const float zz = bf2f(p.z[idx]);
-        const float dout = bf2f(p.dout[idx]);
+        const float dout = p.dout ? bf2f(p.dout[idx]) : 0.f;
 #endif
         const float sg = sigmoidf(zz);
         p.output[idx] = f2bf(y * zz * sg);
-        p.dz[idx] = f2bf(dout * y * sg * (1.f + zz * (1.f - sg)));
+        if (p.dz) p.dz[idx] = f2bf(dout * y * sg * (1.f + zz * (1.f - sg)));
       }
     });
   }
   __syncthreads();
+}
+
+// The chunk's own contribution to the state leaving it: sum_s wb[s] v[s] ks[s]^T.
+M3_DEV void chunk_state_contribution(Smem& s, StateTile& upd) {
+  const float* wb = s.vv(kVecWb);
+  const float* sc = s.vv(kVecSc);
+  upd.template mac_exact<C>([&](int r, int k) { return s.v[k * LDP + r]; },
+                            [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
+}
+
+M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len) {
+  const int H = p.H;
+  const int chunk = sh.chunk_base + j;
+  // The angle sum entering the chunk, for the backward walk.
+  if (threadIdx.x < A) {
+    p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + threadIdx.x] = s.phi_carry()[threadIdx.x];
+  }
+  forward_prepare(p, sh, s, a, len);
+  forward_outputs(p, sh, s, a, len);
   // Save the entering state, then S <- alpha S + sum_s wb[s] v[s] ks[s]^T.
   {
-    const float alpha = e[len - 1];
-    const float* wb = s.vv(kVecWb);
-    const float* sc = s.vv(kVecSc);
-    Tile<P, N, 4, 8> upd;
-    upd.template mac_exact<C>([&](int r, int k) { return s.v[k * LDP + r]; },
-                        [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
+    const float alpha = s.vv(kVecE)[len - 1];
+    StateTile upd;
+    chunk_state_contribution(s, upd);
     float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
     upd.for_each([&](int r, int c, float acc) {
       const float old = s.st[r * LDN + c];
@@ -538,7 +587,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
       float x = 0.f;
       if (t < len) {
         x = s.dphi[t * A + i];
-        if (a + t == sh.len - 1) x += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
+        if (a + t == sh.len - 1 && p.dfinal_angle) x += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
       }
       const float suffix = warp_suffix_sum(x) + carry;
       carry = __shfl_sync(0xffffffffu, suffix, 0);
@@ -638,42 +687,55 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 }
 #endif
 
-M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len,
-                           bool last_chunk, BackwardCarry& bc, float (&qb)[kBiasRegs],
-                           float (&kb)[kBiasRegs]) {
+// Everything of a backward chunk that the state gradient does not enter: the chunk's inputs
+// (load_chunk, with the angle sum entering it), the state entering it (`saved`; nullptr: zero),
+// dy and the mixing matrix.
+M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int chunk, int a, int len,
+                             const float* saved) {
   const int H = p.H;
-  const int T = p.T;
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int chunk = sh.chunk_base + j;
   if (tid < A) {
     s.phi_carry()[tid] = p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + tid];
   }
   __syncthreads();
   load_chunk(p, sh, s, a, len);
   {
-    const float* saved = p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N;
 #if M3_VECTOR_IO
-    stage_state(saved, s.st);
+    if (saved) {
+      stage_state(saved, s.st);
+    } else {
+      for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
+    }
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
-    stage_bf16_rows<C, P>(p.dout + row0, p.z + row0, static_cast<long long>(H) * P, len, s.dy, LDP,
+    stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,
+                          p.dout ? len : 0, s.dy, LDP,
                           [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
   }
 #else
-    for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = saved[e];
+    for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = saved ? saved[e] : 0.f;
     for (int e = tid; e < C * P; e += NT) {
       const int t = e / P, c = e % P;
       float val = 0.f;
       if (t < len) {
         const long long idx = (static_cast<long long>(sh.start + a + t) * H + sh.h) * P + c;
         const float zz = bf2f(p.z[idx]);
-        val = bf2f(p.dout[idx]) * zz * sigmoidf(zz);
+        val = p.dout ? bf2f(p.dout[idx]) * zz * sigmoidf(zz) : 0.f;
       }
       s.dy[t * LDP + c] = val;
     }
   }
 #endif
   build_mixing(s, len);  // ends with a barrier, which also covers st and dy
+}
+
+// dM through dks (into t2): the part of a backward chunk before the state-gradient update. Reads
+// the gradient of the state leaving the chunk in s.ds.
+M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
+  const int H = p.H;
+  const int T = p.T;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  (void)T;
 
   const float* cl = s.vv(kVecCl);
   const float* e = s.vv(kVecE);
@@ -721,7 +783,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
       if (r < len) {
         const int tg = sh.start + a + r;
         float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
-        if (a + r == sh.len - 1) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
+        if (a + r == sh.len - 1 && p.dfinal_v) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
         p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
       }
     });
@@ -774,39 +836,26 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     });
   }
   __syncthreads();
-  // dS <- alpha dS + sum_t e[t] dy[t] qr[t]^T, and da = alpha <dS, S_j> on the way.
-  float da;
-  float dc0 = 0.f;  // the gradient of c0 = (1 - p_0) dt_0; stays zero without initial states
-  (void)dc0;
-  {
-    const float alpha = e[len - 1];
-    Tile<P, N, 4, 8> upd;
-    upd.template mac_exact<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
-                        [&](int k, int c) { return s.qr[k * LDN + c]; });
-    float part = 0.f;
-#if M3_INITIAL_STATES
-    // In the first chunk the updated dS is the gradient of the state entering the sequence,
-    // E = ssm0 + c0 v0 k0^T with c0 = (1 - p_0) dt_0; <dE, v0 k0^T> is c0's gradient.
-    const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
-    float part0 = 0.f;
-    upd.for_each([&](int r, int c, float acc) {
-      const float old = s.ds[r * LDN + c];
-      part = fmaf(old, s.st[r * LDN + c], part);
-      const float updated = alpha * old + acc;
-      s.ds[r * LDN + c] = updated;
-      if (a == 0) part0 = fmaf(updated, bf2f(p.init_v[sh_row * P + r]) * p.init_k[sh_row * N + c], part0);
-    });
-    da = alpha * block_sum<NT>(part, s.red);
-    if (a == 0) dc0 = block_sum<NT>(part0, s.red);
-#else
-    upd.for_each([&](int r, int c, float acc) {
-      const float old = s.ds[r * LDN + c];
-      part = fmaf(old, s.st[r * LDN + c], part);
-      s.ds[r * LDN + c] = alpha * old + acc;
-    });
-    da = alpha * block_sum<NT>(part, s.red);
-#endif
-  }
+}
+
+// The chunk's own contribution to the gradient of the state entering it: sum_t e[t] dy[t] qr[t]^T.
+M3_DEV void state_grad_contribution(Smem& s, StateTile& upd) {
+  const float* e = s.vv(kVecE);
+  upd.template mac_exact<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
+                            [&](int k, int c) { return s.qr[k * LDN + c]; });
+}
+
+// Per-token gradients of q and k (per head, into the workspace), dphi and dscale; adds the
+// chunk's bias-gradient terms to qb and kb.
+M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len,
+                                    float (&qb)[kBiasRegs], float (&kb)[kBiasRegs]) {
+  const int H = p.H;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const float* sc = s.vv(kVecSc);
+  const float* gam = s.vv(kVecGam);
+  (void)warp;
+  (void)lane;
 #if M3_VECTOR_IO
   // Per-token epilogue: 16 lanes per token, 8 consecutive columns (4 rotary pairs) per lane.
   {
@@ -841,7 +890,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
         unpack_bf16x8(kv[ps], kh);
         float dfk[8];
         {
-          const bool last_token = a + t == sh.len - 1;
+          const bool last_token = a + t == sh.len - 1 && p.dfinal_k;
           const float4* src = reinterpret_cast<const float4*>(p.dfinal_k + (sh.seq * H + sh.h) * N + 8 * o);
           const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
           const float4 lo = last_token ? src[0] : zero4, hi = last_token ? src[1] : zero4;
@@ -905,7 +954,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
       const float qr0 = s.qr[t * LDN + n0], qr1 = s.qr[t * LDN + n1];
       dsc = fmaf(dks0, kr0, fmaf(dks1, kr1, dsc));
       float dkr0 = sc[t] * dks0, dkr1 = sc[t] * dks1;
-      if (last_token) {
+      if (last_token && p.dfinal_k) {
         dkr0 += p.dfinal_k[(sh.seq * H + sh.h) * N + n0];
         dkr1 += p.dfinal_k[(sh.seq * H + sh.h) * N + n1];
       }
@@ -940,6 +989,57 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   }
 #endif
   __syncthreads();
+}
+
+M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len,
+                           bool last_chunk, BackwardCarry& bc, float (&qb)[kBiasRegs],
+                           float (&kb)[kBiasRegs]) {
+  const int H = p.H;
+  const int T = p.T;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int chunk = sh.chunk_base + j;
+  const float* e = s.vv(kVecE);
+  const float* qkraw = s.vv(kVecQkRaw);
+  (void)T;
+  (void)warp;
+  (void)lane;
+  (void)qkraw;
+  backward_prepare(p, sh, s, chunk, a, len, p.ws_states + (static_cast<long long>(chunk) * H + sh.h) * P * N);
+  backward_intra(p, sh, s, a, len);
+  // dS <- alpha dS + sum_t e[t] dy[t] qr[t]^T, and da = alpha <dS, S_j> on the way.
+  float da;
+  float dc0 = 0.f;  // the gradient of c0 = (1 - p_0) dt_0; stays zero without initial states
+  (void)dc0;
+  {
+    const float alpha = e[len - 1];
+    StateTile upd;
+    state_grad_contribution(s, upd);
+    float part = 0.f;
+#if M3_INITIAL_STATES
+    // In the first chunk the updated dS is the gradient of the state entering the sequence,
+    // E = ssm0 + c0 v0 k0^T with c0 = (1 - p_0) dt_0; <dE, v0 k0^T> is c0's gradient.
+    const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
+    float part0 = 0.f;
+    upd.for_each([&](int r, int c, float acc) {
+      const float old = s.ds[r * LDN + c];
+      part = fmaf(old, s.st[r * LDN + c], part);
+      const float updated = alpha * old + acc;
+      s.ds[r * LDN + c] = updated;
+      if (a == 0) part0 = fmaf(updated, bf2f(p.init_v[sh_row * P + r]) * p.init_k[sh_row * N + c], part0);
+    });
+    da = alpha * block_sum<NT>(part, s.red);
+    if (a == 0) dc0 = block_sum<NT>(part0, s.red);
+#else
+    upd.for_each([&](int r, int c, float acc) {
+      const float old = s.ds[r * LDN + c];
+      part = fmaf(old, s.st[r * LDN + c], part);
+      s.ds[r * LDN + c] = alpha * old + acc;
+    });
+    da = alpha * block_sum<NT>(part, s.red);
+#endif
+  }
+  backward_token_epilogue(p, sh, s, a, len, qb, kb);
 #if M3_PARALLEL_SCALARS
   backward_token_scalars_parallel(p, sh, s, a, len, last_chunk, da, dc0, bc);
 #else
@@ -950,7 +1050,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     for (int t = len - 1; t >= 0; --t) {
       const int tg = sh.start + a + t;
       run += s.dphi[t * A + i];
-      if (a + t == sh.len - 1) run += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
+      if (a + t == sh.len - 1 && p.dfinal_angle) run += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
       s.dphi[t * A + i] = run;
       const float th = s.th[t * A + i];
       const float tnh = th / kM3Pi;
@@ -1022,8 +1122,46 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
 #endif
 }
 
+// Row `row` of the bias and skip gradient partials (dq_bias, dk_bias, dd), summed over the threads
+// that own the same columns in a fixed order. Uses s.t1 as scratch.
+M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const float (&qb)[kBiasRegs],
+                                const float (&kb)[kBiasRegs], float dd_sum) {
+  const int tid = threadIdx.x;
+#if M3_VECTOR_IO
+  constexpr int kGroups = NT / (N / 8);
+  {
+    const int o = tid % (N / 8), grp = tid / (N / 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s.t1[grp * 2 * N + 8 * o + j] = qb[j];
+      s.t1[grp * 2 * N + N + 8 * o + j] = kb[j];
+    }
+  }
+#else
+  constexpr int kGroups = NW;
+  const int warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int m = 0; m < NPAIR / 32; ++m) {
+    const int n0 = 2 * (lane + 32 * m);
+    s.t1[warp * 2 * N + n0] = qb[2 * m];
+    s.t1[warp * 2 * N + n0 + 1] = qb[2 * m + 1];
+    s.t1[warp * 2 * N + N + n0] = kb[2 * m];
+    s.t1[warp * 2 * N + N + n0 + 1] = kb[2 * m + 1];
+  }
+#endif
+  __syncthreads();
+  float* part = p.ws_partial + row * (2 * N + 1);
+  for (int c = tid; c < 2 * N; c += NT) {
+    float acc = 0.f;
+    for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
+    part[c] = acc;
+  }
+  if (tid == 0) part[2 * N] = dd_sum;
+}
+
 }  // namespace m3scan
 
+#ifndef M3_NO_SCAN_ENTRY
 extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
     m3_chunk_scan(const M3Params p) {
   using namespace m3scan;
@@ -1091,7 +1229,12 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   __syncthreads();
 
   // Backward walk.
-  for (int e = tid; e < P * N; e += NT) s.ds[(e / N) * LDN + (e % N)] = p.dfinal_ssm[sh_row * P * N + e];
+  // Forward only (the training op's forward): the results above are all it needs.
+  if (p.forward_only) return;
+
+  for (int e = tid; e < P * N; e += NT) {
+    s.ds[(e / N) * LDN + (e % N)] = p.dfinal_ssm ? p.dfinal_ssm[sh_row * P * N + e] : 0.f;
+  }
   if (tid < A) s.big_phi_carry()[tid] = 0.f;
   BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
@@ -1107,49 +1250,20 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   for (int e = tid; e < P * N; e += NT) p.d_init_ssm[sh_row * P * N + e] = s.ds[(e / N) * LDN + (e % N)];
   if (tid < A) {
     p.d_init_angle[sh_row * A + tid] =
-        sh.len > 0 ? f2bf(s.big_phi_carry()[tid]) : p.dfinal_angle[sh_row * A + tid];
+        sh.len > 0 ? f2bf(s.big_phi_carry()[tid]) : (p.dfinal_angle ? p.dfinal_angle[sh_row * A + tid] : m3_bf16(0));
   }
   if (tid < P) {
     float acc = 0.f;
     for (int c = 0; c < N; ++c) acc = fmaf(s.ds[tid * LDN + c], p.init_k[sh_row * N + c], acc);
-    p.d_init_v[sh_row * P + tid] = sh.len > 0 ? f2bf(c0 * acc) : p.dfinal_v[sh_row * P + tid];
+    p.d_init_v[sh_row * P + tid] =
+        sh.len > 0 ? f2bf(c0 * acc) : (p.dfinal_v ? p.dfinal_v[sh_row * P + tid] : m3_bf16(0));
   }
   if (tid < N) {
     float acc = 0.f;
     for (int r = 0; r < P; ++r) acc = fmaf(s.ds[r * LDN + tid], bf2f(p.init_v[sh_row * P + r]), acc);
-    p.d_init_k[sh_row * N + tid] = sh.len > 0 ? c0 * acc : p.dfinal_k[sh_row * N + tid];
+    p.d_init_k[sh_row * N + tid] = sh.len > 0 ? c0 * acc : (p.dfinal_k ? p.dfinal_k[sh_row * N + tid] : 0.f);
   }
 #endif
-  // Per-(sequence, head) partial sums of the bias and skip gradients, reduced over the threads
-  // that own the same columns in a fixed order.
-#if M3_VECTOR_IO
-  constexpr int kGroups = NT / (N / 8);
-  {
-    const int o = tid % (N / 8), grp = tid / (N / 8);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      s.t1[grp * 2 * N + 8 * o + j] = qb[j];
-      s.t1[grp * 2 * N + N + 8 * o + j] = kb[j];
-    }
-  }
-#else
-  constexpr int kGroups = NW;
-  const int warp = tid >> 5, lane = tid & 31;
-#pragma unroll
-  for (int m = 0; m < NPAIR / 32; ++m) {
-    const int n0 = 2 * (lane + 32 * m);
-    s.t1[warp * 2 * N + n0] = qb[2 * m];
-    s.t1[warp * 2 * N + n0 + 1] = qb[2 * m + 1];
-    s.t1[warp * 2 * N + N + n0] = kb[2 * m];
-    s.t1[warp * 2 * N + N + n0 + 1] = kb[2 * m + 1];
-  }
-#endif
-  __syncthreads();
-  float* part = p.ws_partial + sh_row * (2 * N + 1);
-  for (int c = tid; c < 2 * N; c += NT) {
-    float acc = 0.f;
-    for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
-    part[c] = acc;
-  }
-  if (tid == 0) part[2 * N] = bc.dd_sum;
+  write_bias_partials(p, s, sh_row, qb, kb, bc.dd_sum);
 }
+#endif  // M3_NO_SCAN_ENTRY

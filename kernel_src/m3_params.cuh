@@ -18,7 +18,7 @@ struct M3Params {
   const float* d;
   const m3_bf16* z;
   const int* cu_seqlens;
-  const m3_bf16* dout;
+  const m3_bf16* dout;  // this and the four final-state cotangents: nullptr means zero
   const m3_bf16* dfinal_angle;
   const float* dfinal_ssm;
   const float* dfinal_k;
@@ -45,7 +45,13 @@ struct M3Params {
   float* ws_phi;      // [total_chunks][H][A]: the angle sum entering each chunk
   float* ws_dqh;      // [T][H][N]: per-head dq, summed over heads by the reduce kernel
   float* ws_dkh;      // [T][H][N]
-  float* ws_partial;  // [S][H][2N+1]: per-sequence dq_bias, dk_bias and dd partial sums
+  float* ws_partial;  // [partial_rows][H][2N+1]: dq_bias, dk_bias and dd partial sums
+  // workspace of the chunk-parallel variant (v10); unused by the walkers
+  float* ws_dstates;  // [chunk capacity][H][P][N]: the gradient of the state entering each chunk
+  float* ws_tail;     // [chunk capacity][H][A + 4]: the backward carries a chunk hands to the one before
+  int* ws_sync;       // 2 ticket counters, then 3 x [chunk capacity][H] ready flags; zeroed per call
+  int chunk_capacity; // T / chunk + S, at least the number of chunks of any cu_seqlens
+  int partial_rows;   // rows of ws_partial that m3_reduce_partials sums
   // initial states and their gradients (variants built with M3_INITIAL_STATES; else unused)
   const m3_bf16* init_angle;  // [S][H][A]
   const float* init_ssm;      // [S][H][P][N]
@@ -58,6 +64,9 @@ struct M3Params {
   int T;
   int S;
   int H;
+  // 1: run the forward walk only (output and final states; the gradients, dz included, and the
+  // workspace's dq/dk partials are neither computed nor touched).
+  int forward_only;
 };
 
 // Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both
@@ -90,6 +99,27 @@ static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int thr
   l.dphi = o; o += C * A;
   l.vec = o; o += C * kVecCount + 2 * A + 16;  // per-token vectors, two angle carries, scalars
   l.red = o; o += threads;
+  l.total = o;
+  return l;
+}
+
+// What the forward kernel of the chunk-parallel variants needs (ds, x, t2 and dphi unused, -1),
+// small enough for two CTAs per SM: about 110 KB at C = 32.
+static constexpr M3ScanLayout m3_scan_forward_layout(int C, int N, int P, int A, int threads, int pad) {
+  M3ScanLayout l{};
+  int o = 0;
+  l.qr = o; o += C * (N + pad);
+  l.kr = o; o += C * (N + pad);
+  l.v = o; o += C * (P + pad);
+  l.dy = o; o += C * (P + pad);
+  l.st = o; o += P * (N + pad);
+  l.m = o; o += C * (C + pad);
+  l.t1 = o; o += C * (P + pad);
+  l.phi = o; o += C * A;
+  l.th = o; o += C * A;
+  l.vec = o; o += C * kVecCount + 2 * A + 16;
+  l.red = o; o += threads;
+  l.ds = l.x = l.t2 = l.dphi = -1;
   l.total = o;
   return l;
 }

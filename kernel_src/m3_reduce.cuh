@@ -26,14 +26,17 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   p.dk[idx] = f2bf(ak);
 }
 
-// dq_bias, dk_bias and dd: sums over sequences of the per-(sequence, head) partials.
+// dq_bias, dk_bias and dd: sums of the partials, one row per sequence (walkers) or per chunk
+// (chunk-parallel), partial_rows in all.
 // One block per head, one thread per output column.
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
     m3_reduce_partials(const M3Params p) {
   const int h = blockIdx.x;
   for (int c = threadIdx.x; c < 2 * M3_N + 1; c += M3_THREADS) {
     float acc = 0.f;
-    for (int s = 0; s < p.S; ++s) acc += p.ws_partial[(static_cast<long long>(s) * p.H + h) * (2 * M3_N + 1) + c];
+    for (int s = 0; s < p.partial_rows; ++s) {
+      acc += p.ws_partial[(static_cast<long long>(s) * p.H + h) * (2 * M3_N + 1) + c];
+    }
     if (c < M3_N) {
       p.dq_bias[h * M3_N + c] = acc;
     } else if (c < 2 * M3_N) {

@@ -15,13 +15,28 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v3", 32, 256}, OpConfig{"v4", 32, 256},
                                                 OpConfig{"v5", 32, 256}, OpConfig{"v6", 32, 256},
                                                 OpConfig{"v7", 32, 256}, OpConfig{"v8", 32, 256},
-                                                OpConfig{"v9", 32, 256}};
+                                                OpConfig{"v9", 32, 256}, OpConfig{"v10", 32, 256},
+                                                OpConfig{"v11", 32, 256}, OpConfig{"v12", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
 
-// Variants without kernels of their own: they pick another variant's kernels per problem.
-bool dispatch_only(const OpConfig& c) { return c.variant == "v9"; }
+// Variants without kernels of their own: they run `short_kernels` while every sequence has at most
+// kExactProductsAboveLen tokens and `long_kernels` (about fp32-exact tile products) beyond.
+struct Dispatch {
+  const char* variant;
+  const char* short_kernels;
+  const char* long_kernels;
+};
+const Dispatch kDispatch[] = {{"v9", "v7", "v8"}, {"v12", "v11", "v8"}};
+
+const Dispatch* dispatch_of(const OpConfig& c) {
+  for (const auto& d : kDispatch) {
+    if (c.variant == d.variant) return &d;
+  }
+  return nullptr;
+}
+bool dispatch_only(const OpConfig& c) { return dispatch_of(c) != nullptr; }
 
 std::vector<std::string> dims_options(const OpConfig& c) {
   return {"-DM3_CHUNK=" + std::to_string(c.chunk), "-DM3_N=" + std::to_string(kSupportedDims.n),
@@ -92,7 +107,11 @@ int seq_bucket(long long num_seqs) {
 // initial states and returns their gradients (and needs them); v7: v5 with the tensor-core
 // operands rounded by one integer add and the k loops fully unrolled (the same products); v8: v7
 // with the products that feed the angle gradient (and the states they go through) split into
-// three tf32 products, about fp32-exact, so that dangles stays accurate on long sequences.
+// three tf32 products, about fp32-exact, so that dangles stays accurate on long sequences; v10:
+// v7's chunk code run by one CTA per (chunk, head), the carries between chunks passed through
+// global memory (kernel_src/m3_chunk_parallel.cuh); v11: v10 with the forward kernel on a layout
+// of its own (107 KB) and at most 128 registers, two CTAs per SM. v9 and v12 have no kernels of
+// their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -102,18 +121,27 @@ struct VariantTraits {
   bool initial_states;
   bool lean_mma;
   bool split_tf32;
+  bool chunk_parallel;
+  bool lean_forward;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false};
-  return {true, 4, true, true, true, false, true, true};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true};
+  return {true, 4, true, true, true, false, true, true, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
+
+bool is_chunk_parallel(const OpConfig& c) {
+  require_known(c);
+  return !dispatch_only(c) && traits(c).chunk_parallel;
+}
 
 bool takes_initial_states(const OpConfig& c) {
   require_known(c);
@@ -122,9 +150,10 @@ bool takes_initial_states(const OpConfig& c) {
 
 OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence) {
   require_known(c);
-  if (!dispatch_only(c)) return c;
+  const Dispatch* d = dispatch_of(c);
+  if (d == nullptr) return c;
   OpConfig r = c;
-  r.variant = longest_sequence > kExactProductsAboveLen ? "v8" : "v7";
+  r.variant = longest_sequence > kExactProductsAboveLen ? d->long_kernels : d->short_kernels;
   return r;
 }
 
@@ -134,13 +163,14 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
     throw std::invalid_argument("mamba3_jit: variant " + c.variant +
                                 " has no kernels of its own; call resolve_kernels() first");
   }
+  const VariantTraits tr = traits(c);
+  const std::string file = tr.chunk_parallel ? "m3_chunk_parallel" : "m3_chunk_scan";
   KernelSource src;
-  src.name = "m3_chunk_scan[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
+  src.name = file + "[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
              (bucket > 0 ? std::to_string(bucket) : std::string("any")) + "]";
-  src.code = "#include \"m3_chunk_scan.cuh\"\n";
+  src.code = "#include \"" + file + ".cuh\"\n";
   src.options = dims_options(c);
   src.options.push_back("-DM3_SEQ_BUCKET=" + std::to_string(bucket));
-  const VariantTraits tr = traits(c);
   src.options.push_back("-DM3_USE_MMA=" + std::to_string(tr.mma ? 1 : 0));
   src.options.push_back("-DM3_PAD=" + std::to_string(tr.pad));
   src.options.push_back("-DM3_PARALLEL_SCALARS=" + std::to_string(tr.parallel_scalars ? 1 : 0));
@@ -149,6 +179,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.options.push_back("-DM3_INITIAL_STATES=" + std::to_string(tr.initial_states ? 1 : 0));
   src.options.push_back("-DM3_LEAN_MMA=" + std::to_string(tr.lean_mma ? 1 : 0));
   src.options.push_back("-DM3_SPLIT_TF32=" + std::to_string(tr.split_tf32 ? 1 : 0));
+  if (tr.chunk_parallel) src.options.push_back("-DM3_CP_LEAN_FORWARD=" + std::to_string(tr.lean_forward ? 1 : 0));
   src.arch = arch;
   return src;
 }
@@ -166,6 +197,13 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
 std::size_t scan_smem_bytes(const OpConfig& c) {
   const M3ScanLayout l =
       m3_scan_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads, smem_pad(c));
+  return static_cast<std::size_t>(l.total) * sizeof(float);
+}
+
+std::size_t forward_smem_bytes(const OpConfig& c) {
+  if (!traits(c).lean_forward) return scan_smem_bytes(c);
+  const M3ScanLayout l = m3_scan_forward_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a,
+                                                c.threads, smem_pad(c));
   return static_cast<std::size_t>(l.total) * sizeof(float);
 }
 

@@ -14,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v9";  // the fastest variant verified on the GPU
+  std::string variant = "v12";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -31,24 +31,30 @@ struct HeadDims {
 };
 constexpr HeadDims kSupportedDims{};
 
+// True for the chunk-parallel variants: their scan source holds m3_cp_angles, m3_cp_forward and
+// m3_cp_backward instead of m3_chunk_scan.
+bool is_chunk_parallel(const OpConfig& config);
+
 // True for the variants whose kernels start from initial states (and then require them).
 bool takes_initial_states(const OpConfig& config);
 
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);
 
-// v9 runs v7's kernels while every sequence is at most this long and v8's (tile products about
-// fp32-exact, 0.87x the speed) beyond: v7's dangles error grows like sqrt(L), from 2.3e-3 at
+// The dispatch-only variants run their fast kernels (v9: v7's, v12: v11's) while every sequence is
+// at most this long and v8's (tile products about fp32-exact, 0.87x v7's speed) beyond: v7's dangles error grows like sqrt(L), from 2.3e-3 at
 // L ~ 1000 to 8.6e-3 at 32768 and 1.25e-2 at 65536 (run 16), and at 4096 it is still about 4e-3.
 constexpr int64_t kExactProductsAboveLen = 4096;
 
 // The configuration whose kernels run a problem whose longest sequence has `longest_sequence`
-// tokens (an upper bound will do): itself, except for the dispatch-only variant v9.
+// tokens (an upper bound will do): itself, except for the dispatch-only variants v9 and v12.
 OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
 KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");
 std::size_t scan_smem_bytes(const OpConfig& config);
+// Dynamic shared memory of the chunk-parallel forward kernel (m3_cp_forward).
+std::size_t forward_smem_bytes(const OpConfig& config);
 
 // All specialisations for `arch` (empty = default_arch()).
 std::vector<KernelSource> all_specializations(const std::string& arch = "");

@@ -22,8 +22,10 @@ namespace {
 
 template <class T>
 T* ptr(const at::Tensor& t) {
-  return reinterpret_cast<T*>(t.data_ptr());
+  return t.defined() ? reinterpret_cast<T*>(t.data_ptr()) : nullptr;
 }
+
+at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
 
 // Fetches a kernel, refusing JIT work while the stream is being captured into a CUDA graph:
 // compiling or loading a module there would break the capture.
@@ -41,10 +43,14 @@ const LoadedKernel& kernel_for(const KernelSource& src, const char* fn, unsigned
 // per (configuration, sequence bucket, device); LoadedKernel references live as long as the
 // process.
 struct CallKernels {
-  const LoadedKernel* scan;
+  const LoadedKernel* scan;  // walkers
+  const LoadedKernel* cp_angles;  // chunk-parallel variants, instead of scan
+  const LoadedKernel* cp_forward;
+  const LoadedKernel* cp_backward;
   const LoadedKernel* reduce_heads;
   const LoadedKernel* reduce_partials;
   unsigned scan_smem;
+  unsigned forward_smem;  // m3_cp_forward's; equal to scan_smem except with a lean forward layout
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -58,13 +64,31 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
   }
   CallKernels k{};
   k.scan_smem = static_cast<unsigned>(scan_smem_bytes(config));
-  k.scan = &kernel_for(scan_source(config, bucket), "m3_chunk_scan", k.scan_smem, capturing);
+  const KernelSource scan_src = scan_source(config, bucket);
+  if (is_chunk_parallel(config)) {
+    k.cp_angles = &kernel_for(scan_src, "m3_cp_angles", 0, capturing);
+    k.forward_smem = static_cast<unsigned>(forward_smem_bytes(config));
+    k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
+    k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.scan_smem, capturing);
+  } else {
+    k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
+  }
   const KernelSource reduce_src = reduce_source(config);
   k.reduce_heads = &kernel_for(reduce_src, "m3_reduce_heads", 0, capturing);
   k.reduce_partials = &kernel_for(reduce_src, "m3_reduce_partials", 0, capturing);
   std::lock_guard<std::mutex> lock(mu);
   memo.emplace(key, k);
   return k;
+}
+
+// The longest sequence; inside capture cu_seqlens was not read, and T bounds every sequence.
+int64_t longest_sequence(const Problem& pb, int64_t T) {
+  if (pb.cu_seqlens.empty()) return T;
+  int64_t longest = 0;
+  for (size_t i = 0; i + 1 < pb.cu_seqlens.size(); ++i) {
+    longest = std::max<int64_t>(longest, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
+  }
+  return longest;
 }
 
 // Parsing the config string on every call would cost more than the lookup it feeds.
@@ -86,9 +110,11 @@ OpConfig config_for(c10::string_view text) {
 }
 
 // Runs the chunk scan and the reductions. With `states` (the four initial states) the variant
-// must take them, and the four gradients of the states follow the sixteen results.
+// must take them, and the four gradients of the states follow the sixteen results. Undefined
+// cotangents are zeros the kernels never read. `forward_only` returns the five forward results
+// alone and runs only the forward walk: no gradient is computed and no reduction launched.
 std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>* states,
-                                    c10::string_view config_text) {
+                                    c10::string_view config_text, bool forward_only = false) {
   const OpConfig config = config_for(config_text);
   TORCH_CHECK_VALUE(takes_initial_states(config) == (states != nullptr), "mamba3_jit: kernel configuration '",
                     to_string(config), "' ", states ? "does not take initial states; use variant=v6"
@@ -111,19 +137,32 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   at::Tensor final_ssm = at::empty({S, H, P, N}, f32);
   at::Tensor final_k = at::empty({S, H, N}, f32);
   at::Tensor final_v = at::empty({S, H, P}, b16);
-  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-  at::Tensor dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
-  at::Tensor dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
-  at::Tensor dangles = at::empty_like(angles), dd = at::empty_like(d), dz = at::empty_like(z);
+  at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
+  if (!forward_only) {
+    dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
+    dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
+    dangles = at::empty_like(angles), dd = at::empty_like(d), dz = at::empty_like(z);
+  }
 
   // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
   // allocation carved into the five buffers: each allocator call costs microseconds of host
   // time, and the call is short enough for them to show.
+  const OpConfig run_config = resolve_kernels(config, longest_sequence(pb, T));
+  const bool chunk_parallel = is_chunk_parallel(run_config);
   const int64_t total_chunks = std::max<int64_t>(T / config.chunk + S, 1);
-  const int64_t rows = std::max<int64_t>(T, 1);
+  const int64_t rows = forward_only ? 0 : std::max<int64_t>(T, 1);  // dq/dk partials: backward only
   const int64_t n_states = total_chunks * H * P * N, n_phi = total_chunks * H * A, n_dh = rows * H * N;
+  // The chunk-parallel variants keep one partials row per chunk (the walkers one per sequence), the
+  // state gradients and tail carries chunks hand on, and their tickets and flags.
+  const int64_t partial_rows = chunk_parallel ? total_chunks : S;
+  const int64_t n_dstates = chunk_parallel && !forward_only ? n_states : 0;
+  const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
+  const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H : 0;  // ints, carved as floats
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
-  at::Tensor ws = at::empty({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(S * H * (2 * N + 1))}, f32);
+  at::Tensor ws = at::empty({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
+                             align(n_dstates) + align(n_tail) + align(n_sync)},
+                            f32);
   float* ws_next = ws.data_ptr<float>();
   const auto carve = [&](int64_t n) {
     float* piece = ws_next;
@@ -169,7 +208,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.ws_phi = carve(n_phi);
   p.ws_dqh = carve(n_dh);
   p.ws_dkh = carve(n_dh);
-  p.ws_partial = carve(S * H * (2 * N + 1));
+  p.ws_partial = carve(partial_rows * H * (2 * N + 1));
+  p.ws_dstates = carve(n_dstates);
+  p.ws_tail = carve(n_tail);
+  float* sync_words = carve(n_sync);
+  p.ws_sync = reinterpret_cast<int*>(sync_words);
+  p.chunk_capacity = static_cast<int>(total_chunks);
+  p.partial_rows = static_cast<int>(partial_rows);
   std::vector<at::Tensor> state_grads;
   if (states) {
     const std::vector<at::Tensor>& st = *states;
@@ -177,27 +222,24 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     p.init_ssm = ptr<const float>(st[1]);
     p.init_k = ptr<const float>(st[2]);
     p.init_v = ptr<const m3_bf16>(st[3]);
-    for (const auto& t : st) state_grads.push_back(at::empty_like(t));
-    p.d_init_angle = ptr<m3_bf16>(state_grads[0]);
-    p.d_init_ssm = ptr<float>(state_grads[1]);
-    p.d_init_k = ptr<float>(state_grads[2]);
-    p.d_init_v = ptr<m3_bf16>(state_grads[3]);
+    if (!forward_only) {
+      for (const auto& t : st) state_grads.push_back(at::empty_like(t));
+    }
+    if (!forward_only) {
+      p.d_init_angle = ptr<m3_bf16>(state_grads[0]);
+      p.d_init_ssm = ptr<float>(state_grads[1]);
+      p.d_init_k = ptr<float>(state_grads[2]);
+      p.d_init_v = ptr<m3_bf16>(state_grads[3]);
+    }
   }
   p.T = static_cast<int>(T);
   p.S = static_cast<int>(S);
   p.H = static_cast<int>(H);
+  p.forward_only = forward_only ? 1 : 0;
 
   const unsigned threads = static_cast<unsigned>(config.threads);
-  // Inside capture cu_seqlens was not read; T bounds every sequence.
-  int64_t longest = T;
-  if (!pb.cu_seqlens.empty()) {
-    longest = 0;
-    for (int64_t i = 0; i < S; ++i) longest = std::max<int64_t>(longest, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
-  }
-  const CallKernels kernels =
-      kernels_for(resolve_kernels(config, longest), seq_bucket(S), q.device().index(), capturing);
+  const CallKernels kernels = kernels_for(run_config, seq_bucket(S), q.device().index(), capturing);
   const unsigned scan_smem = kernels.scan_smem;
-  const LoadedKernel& scan = *kernels.scan;
   const LoadedKernel& reduce_heads = *kernels.reduce_heads;
   const LoadedKernel& reduce_partials = *kernels.reduce_partials;
 
@@ -205,10 +247,27 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   LaunchConfig lc;
   lc.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
   lc.block[0] = threads;
-  lc.grid[0] = static_cast<unsigned>(H);
-  lc.grid[1] = static_cast<unsigned>(S);
-  lc.dynamic_smem = scan_smem;
-  scan.launch(lc, args);
+  if (chunk_parallel) {
+    // Tickets and flags start at zero in every call (a memset node under graph capture).
+    ws.narrow(0, sync_words - ws.data_ptr<float>(), n_sync).zero_();
+    lc.grid[0] = static_cast<unsigned>(H);
+    lc.grid[1] = static_cast<unsigned>(S);
+    kernels.cp_angles->launch(lc, args);
+    // One CTA per possible (chunk, head); those past the last chunk leave at once.
+    lc.grid[0] = static_cast<unsigned>(total_chunks * H);
+    lc.grid[1] = 1;
+    lc.dynamic_smem = kernels.forward_smem;
+    kernels.cp_forward->launch(lc, args);
+    if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
+    lc.dynamic_smem = scan_smem;
+    kernels.cp_backward->launch(lc, args);
+  } else {
+    lc.grid[0] = static_cast<unsigned>(H);
+    lc.grid[1] = static_cast<unsigned>(S);
+    lc.dynamic_smem = scan_smem;
+    kernels.scan->launch(lc, args);
+    if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
+  }
   lc.dynamic_smem = 0;
   if (T > 0) {
     lc.grid[0] = static_cast<unsigned>((T * N + threads - 1) / threads);
@@ -228,27 +287,54 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
 std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
                                 const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias,
                                 const at::Tensor& k_bias, const at::Tensor& angles, const at::Tensor& d,
-                                const at::Tensor& z, const at::Tensor& cu_seqlens, const at::Tensor& dout,
-                                const at::Tensor& dfinal_angle, const at::Tensor& dfinal_ssm,
-                                const at::Tensor& dfinal_k, const at::Tensor& dfinal_v, c10::string_view config) {
-  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle,
-                      dfinal_ssm, dfinal_k, dfinal_v},
+                                const at::Tensor& z, const at::Tensor& cu_seqlens,
+                                const c10::optional<at::Tensor>& dout, const c10::optional<at::Tensor>& dfinal_angle,
+                                const c10::optional<at::Tensor>& dfinal_ssm, const c10::optional<at::Tensor>& dfinal_k,
+                                const c10::optional<at::Tensor>& dfinal_v, c10::string_view config) {
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, or_undefined(dout),
+                      or_undefined(dfinal_angle), or_undefined(dfinal_ssm), or_undefined(dfinal_k),
+                      or_undefined(dfinal_v)},
                      nullptr, config);
+}
+
+std::vector<at::Tensor> forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
+                                const at::Tensor& dt, const at::Tensor& trap, const at::Tensor& q_bias,
+                                const at::Tensor& k_bias, const at::Tensor& angles, const at::Tensor& d,
+                                const at::Tensor& z, const at::Tensor& cu_seqlens, c10::string_view config) {
+  const at::Tensor none;
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, none, none, none, none, none},
+                     nullptr, config, /*forward_only=*/true);
 }
 
 std::vector<at::Tensor> fwd_vjp_states(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                        const at::Tensor& adt, const at::Tensor& dt, const at::Tensor& trap,
                                        const at::Tensor& q_bias, const at::Tensor& k_bias, const at::Tensor& angles,
                                        const at::Tensor& d, const at::Tensor& z, const at::Tensor& cu_seqlens,
-                                       const at::Tensor& dout, const at::Tensor& dfinal_angle,
-                                       const at::Tensor& dfinal_ssm, const at::Tensor& dfinal_k,
-                                       const at::Tensor& dfinal_v, const at::Tensor& initial_angle,
+                                       const c10::optional<at::Tensor>& dout,
+                                       const c10::optional<at::Tensor>& dfinal_angle,
+                                       const c10::optional<at::Tensor>& dfinal_ssm,
+                                       const c10::optional<at::Tensor>& dfinal_k,
+                                       const c10::optional<at::Tensor>& dfinal_v, const at::Tensor& initial_angle,
                                        const at::Tensor& initial_ssm, const at::Tensor& initial_k,
                                        const at::Tensor& initial_v, c10::string_view config) {
   const std::vector<at::Tensor> states = {initial_angle, initial_ssm, initial_k, initial_v};
-  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, dfinal_angle,
-                      dfinal_ssm, dfinal_k, dfinal_v},
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, or_undefined(dout),
+                      or_undefined(dfinal_angle), or_undefined(dfinal_ssm), or_undefined(dfinal_k),
+                      or_undefined(dfinal_v)},
                      &states, config.empty() ? c10::string_view("variant=v6") : config);
+}
+
+std::vector<at::Tensor> forward_states(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const at::Tensor& adt, const at::Tensor& dt, const at::Tensor& trap,
+                                       const at::Tensor& q_bias, const at::Tensor& k_bias, const at::Tensor& angles,
+                                       const at::Tensor& d, const at::Tensor& z, const at::Tensor& cu_seqlens,
+                                       const at::Tensor& initial_angle, const at::Tensor& initial_ssm,
+                                       const at::Tensor& initial_k, const at::Tensor& initial_v,
+                                       c10::string_view config) {
+  const std::vector<at::Tensor> states = {initial_angle, initial_ssm, initial_k, initial_v};
+  const at::Tensor none;
+  return run_fwd_vjp({q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, none, none, none, none, none},
+                     &states, config.empty() ? c10::string_view("variant=v6") : config, /*forward_only=*/true);
 }
 
 void validate(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,
@@ -272,9 +358,13 @@ std::vector<std::string> specializations(c10::string_view arch) {
 TORCH_LIBRARY(mamba3_jit, m) {
   m.def(
       "fwd_vjp(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, Tensor k_bias, "
-      "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, Tensor dfinal_ssm, "
-      "Tensor dfinal_k, Tensor dfinal_v, str config=\"\") -> Tensor[]",
+      "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor? dout, Tensor? dfinal_angle, "
+      "Tensor? dfinal_ssm, Tensor? dfinal_k, Tensor? dfinal_v, str config=\"\") -> Tensor[]",
       &fwd_vjp);
+  m.def(
+      "forward(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, Tensor k_bias, "
+      "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, str config=\"\") -> Tensor[]",
+      &forward);
   m.def(
       "validate(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, Tensor k_bias, "
       "Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, Tensor dfinal_ssm, "
@@ -282,10 +372,15 @@ TORCH_LIBRARY(mamba3_jit, m) {
       &validate);
   m.def(
       "fwd_vjp_states(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, "
-      "Tensor k_bias, Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor dout, Tensor dfinal_angle, "
-      "Tensor dfinal_ssm, Tensor dfinal_k, Tensor dfinal_v, Tensor initial_angle, Tensor initial_ssm, "
+      "Tensor k_bias, Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor? dout, Tensor? dfinal_angle, "
+      "Tensor? dfinal_ssm, Tensor? dfinal_k, Tensor? dfinal_v, Tensor initial_angle, Tensor initial_ssm, "
       "Tensor initial_k, Tensor initial_v, str config=\"\") -> Tensor[]",
       &fwd_vjp_states);
+  m.def(
+      "forward_states(Tensor q, Tensor k, Tensor v, Tensor adt, Tensor dt, Tensor trap, Tensor q_bias, "
+      "Tensor k_bias, Tensor angles, Tensor d, Tensor z, Tensor cu_seqlens, Tensor initial_angle, "
+      "Tensor initial_ssm, Tensor initial_k, Tensor initial_v, str config=\"\") -> Tensor[]",
+      &forward_states);
   m.def("specializations(str arch=\"\") -> str[]", &specializations);
 }
 

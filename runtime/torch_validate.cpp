@@ -47,6 +47,7 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
       at::kBFloat16, at::kBFloat16, at::kFloat,    at::kFloat, at::kBFloat16};
   for (int i = 0; i < kNumArgs; ++i) {
     const at::Tensor& t = args[i];
+    if (!t.defined() && i >= kDout) continue;  // a missing cotangent is zero
     TORCH_CHECK_VALUE(t.defined(), "mamba3_jit: argument '", kArgNames[i], "' is an undefined tensor");
     TORCH_CHECK_TYPE(t.scalar_type() == kDtypes[i], "mamba3_jit: argument '", kArgNames[i], "' expected dtype ",
                      c10::toString(kDtypes[i]), ", got ", c10::toString(t.scalar_type()));
@@ -54,6 +55,7 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   const at::Device device = args[kQ].device();
   for (int i = 0; i < kNumArgs; ++i) {
     const at::Tensor& t = args[i];
+    if (!t.defined()) continue;
     if (require_cuda) {
       TORCH_CHECK_VALUE(t.is_cuda(), "mamba3_jit: argument '", kArgNames[i],
                         "' expected a CUDA tensor, got a tensor on ", t.device().str());
@@ -101,11 +103,11 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   check_shape(angles, kAngles, {1, T, H, A}, "(1, T, H, A)");
   check_shape(args[kD], kD, {H}, "(H,)");
   check_shape(args[kZ], kZ, {1, T, H, P}, "(1, T, H, P)");
-  check_shape(args[kDout], kDout, {1, T, H, P}, "(1, T, H, P)");
-  check_shape(args[kDfa], kDfa, {S, H, A}, "(S, H, A)");
-  check_shape(args[kDfs], kDfs, {S, H, P, N}, "(S, H, P, N)");
-  check_shape(args[kDfk], kDfk, {S, H, N}, "(S, H, N)");
-  check_shape(args[kDfv], kDfv, {S, H, P}, "(S, H, P)");
+  if (args[kDout].defined()) check_shape(args[kDout], kDout, {1, T, H, P}, "(1, T, H, P)");
+  if (args[kDfa].defined()) check_shape(args[kDfa], kDfa, {S, H, A}, "(S, H, A)");
+  if (args[kDfs].defined()) check_shape(args[kDfs], kDfs, {S, H, P, N}, "(S, H, P, N)");
+  if (args[kDfk].defined()) check_shape(args[kDfk], kDfk, {S, H, N}, "(S, H, N)");
+  if (args[kDfv].defined()) check_shape(args[kDfv], kDfv, {S, H, P}, "(S, H, P)");
 
   TORCH_CHECK_VALUE(N == kSupportedDims.n && P == kSupportedDims.p && A == kSupportedDims.a,
                     "mamba3_jit: unsupported head dims N=", num(N), ", P=", num(P), ", A=", num(A),

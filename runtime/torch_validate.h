@@ -19,7 +19,8 @@ struct Problem {
 };
 
 // Checks dtype, shape, device, contiguity, alignment and (with check_values) the cu_seqlens
-// values of the 17 arguments, in signature order. Throws c10::TypeError for a wrong dtype and
+// values of the 17 arguments, in signature order. The five cotangents may be undefined tensors
+// (None from Python), which the kernels read as zeros. Throws c10::TypeError for a wrong dtype and
 // c10::ValueError otherwise, naming the argument, what was expected and what was given. Touches
 // no argument and launches nothing; a CUDA cu_seqlens is read back with one small copy, which is
 // why a caller inside CUDA graph capture passes check_values = false (the kernels then guard the

@@ -2,17 +2,19 @@
 formulas, so that it runs inside `loss.backward()`, `torch.compile(fullgraph=True)` and
 activation checkpointing. docs/training.md describes it for users.
 
-Both directions run the project's joint forward + VJP kernels. The forward calls them with zero
-cotangents and keeps only the five forward results; the backward calls them again with
-autograd's cotangents and keeps the gradients, so its gradients are bitwise those of the joint
-entry point on the same cotangents and configuration. The forward saves only its inputs
-(recomputation).
+The forward runs the kernels' forward walk alone (the native `forward` ops: no gradient work,
+no cotangents); the backward runs the joint forward + VJP kernels with autograd's cotangents, so
+its gradients are bitwise those of the joint entry point on the same cotangents and
+configuration. A cotangent autograd leaves as None reaches the kernels as a null pointer, read as
+zero: nothing is materialised, and a backward with every cotangent None launches nothing. The
+forward saves only its inputs (recomputation).
 
 Two pairs of ops:
-- without initial states, `mamba3_jit::siso_forward` / `siso_backward` over `fwd_vjp` (the
-  default, fastest variant);
+- without initial states, `mamba3_jit::siso_forward` / `siso_backward` over the native `forward`
+  and `fwd_vjp` (the default, fastest variant);
 - with initial states, `mamba3_jit::siso_forward_states` / `siso_backward_states` over
-  `fwd_vjp_states` (variant v6), whose backward also returns the gradients of the four states.
+  `forward_states` and `fwd_vjp_states` (variant v6), whose backward also returns the gradients
+  of the four states.
 """
 from __future__ import annotations
 
@@ -43,19 +45,13 @@ def _state_shapes(v: Tensor, q: Tensor, angles: Tensor, num_seqs: int):
     return (num_seqs, H, A), (num_seqs, H, P, N), (num_seqs, H, N), (num_seqs, H, P)
 
 
-def _zero_cotangents(q, v, angles, cu_seqlens):
-    S = cu_seqlens.shape[0] - 1
-    fa, fs, fk, fv = _state_shapes(v, q, angles, S)
-    return (torch.zeros_like(v), v.new_zeros(fa), q.new_zeros(fs, dtype=torch.float32),
-            q.new_zeros(fk, dtype=torch.float32), v.new_zeros(fv))
+_COTANGENT_DTYPES = (torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, torch.bfloat16)
 
 
-def _materialise_cotangents(given, q, v, angles, cu_seqlens):
-    """The joint kernels take every cotangent: autograd's None (an unused output) becomes zeros,
-    and a cotangent of another dtype or layout is brought to the kernels' own."""
-    zeros = _zero_cotangents(q, v, angles, cu_seqlens)
-    cotangents = [c if c is not None else zero for c, zero in zip(given, zeros)]
-    return [c.contiguous().to(zero.dtype) for c, zero in zip(cotangents, zeros)]
+def _kernel_cotangents(given):
+    """Autograd's cotangents as the kernels take them: None stays None (a null pointer, read as
+    zero), anything else in the kernels' dtype and layout."""
+    return [None if c is None else c.contiguous().to(dtype) for c, dtype in zip(given, _COTANGENT_DTYPES)]
 
 
 def _forward_fake(q, v, angles, cu_seqlens):
@@ -73,9 +69,8 @@ def _forward_fake(q, v, angles, cu_seqlens):
 def _siso_forward(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
                   q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
                   cu_seqlens: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    results = _native_op("fwd_vjp")(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-                                    *_zero_cotangents(q, v, angles, cu_seqlens), _OP_CONFIG)
-    return tuple(results[:5])
+    results = _native_op("forward")(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, _OP_CONFIG)
+    return tuple(results)
 
 
 @_siso_forward.register_fake
@@ -86,8 +81,9 @@ def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens):
 @torch.library.custom_op("mamba3_jit::siso_backward", mutates_args=())
 def _siso_backward(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
                    q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
-                   cu_seqlens: Tensor, dout: Tensor, dfinal_angle: Tensor, dfinal_ssm: Tensor,
-                   dfinal_k: Tensor, dfinal_v: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
+                   cu_seqlens: Tensor, dout: Optional[Tensor], dfinal_angle: Optional[Tensor],
+                   dfinal_ssm: Optional[Tensor], dfinal_k: Optional[Tensor],
+                   dfinal_v: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor,
                                                                 Tensor, Tensor, Tensor, Tensor, Tensor,
                                                                 Tensor]:
     results = _native_op("fwd_vjp")(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
@@ -103,13 +99,17 @@ def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, df
 
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
+    # Unused outputs' cotangents stay None instead of zero tensors autograd would build; the
+    # kernels read a missing cotangent as zero.
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
     saved = ctx.saved_tensors
     q, v, angles, cu_seqlens = saved[0], saved[2], saved[8], saved[11]
-    cotangents = _materialise_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v),
-                                         q, v, angles, cu_seqlens)
+    cotangents = _kernel_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v))
+    if all(c is None for c in cotangents):
+        return (None,) * len(saved)
     grads = _siso_backward(*saved, *cotangents)
     return (*grads, None)
 
@@ -127,11 +127,10 @@ def _siso_forward_states(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tenso
                          cu_seqlens: Tensor, initial_angle: Tensor, initial_ssm: Tensor,
                          initial_k: Tensor, initial_v: Tensor
                          ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    results = _native_op("fwd_vjp_states")(
+    results = _native_op("forward_states")(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens,
-        *_zero_cotangents(q, v, angles, cu_seqlens),
         initial_angle, initial_ssm, initial_k, initial_v, _STATES_CONFIG)
-    return tuple(results[:5])
+    return tuple(results)
 
 
 @_siso_forward_states.register_fake
@@ -143,8 +142,9 @@ def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, initial_
 @torch.library.custom_op("mamba3_jit::siso_backward_states", mutates_args=())
 def _siso_backward_states(q: Tensor, k: Tensor, v: Tensor, adt: Tensor, dt: Tensor, trap: Tensor,
                           q_bias: Tensor, k_bias: Tensor, angles: Tensor, d: Tensor, z: Tensor,
-                          cu_seqlens: Tensor, dout: Tensor, dfinal_angle: Tensor, dfinal_ssm: Tensor,
-                          dfinal_k: Tensor, dfinal_v: Tensor, initial_angle: Tensor, initial_ssm: Tensor,
+                          cu_seqlens: Tensor, dout: Optional[Tensor], dfinal_angle: Optional[Tensor],
+                          dfinal_ssm: Optional[Tensor], dfinal_k: Optional[Tensor],
+                          dfinal_v: Optional[Tensor], initial_angle: Tensor, initial_ssm: Tensor,
                           initial_k: Tensor, initial_v: Tensor
                           ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
                                      Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -166,8 +166,9 @@ def _backward_states(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
     saved = ctx.saved_tensors
     inputs, states = saved[:12], saved[12:]
     q, v, angles, cu_seqlens = inputs[0], inputs[2], inputs[8], inputs[11]
-    cotangents = _materialise_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v),
-                                         q, v, angles, cu_seqlens)
+    cotangents = _kernel_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v))
+    if all(c is None for c in cotangents):
+        return (None,) * len(saved)
     grads = _siso_backward_states(*inputs, *cotangents, *states)
     return (*grads[:11], None, *grads[11:])
 

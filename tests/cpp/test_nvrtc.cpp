@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "driver_api.h"
 #include "jit.h"
@@ -137,13 +138,20 @@ TEST_CASE("an error inside an embedded header is excerpted from that header", "[
   }
 }
 
-TEST_CASE("v9 runs v7's kernels up to the exact-products length and v8's beyond", "[registry]") {
-  const OpConfig v9 = parse_op_config("variant=v9");
-  CHECK(resolve_kernels(v9, 1).variant == "v7");
-  CHECK(resolve_kernels(v9, kExactProductsAboveLen).variant == "v7");
-  CHECK(resolve_kernels(v9, kExactProductsAboveLen + 1).variant == "v8");
+TEST_CASE("v9 and v12 run their fast kernels up to the exact-products length and v8's beyond", "[registry]") {
+  const std::pair<const char*, const char*> dispatch[] = {{"v9", "v7"}, {"v12", "v11"}};
+  for (const auto& [name, fast] : dispatch) {
+    INFO(name);
+    const OpConfig c = parse_op_config(std::string("variant=") + name);
+    CHECK(resolve_kernels(c, 1).variant == fast);
+    CHECK(resolve_kernels(c, kExactProductsAboveLen).variant == fast);
+    CHECK(resolve_kernels(c, kExactProductsAboveLen + 1).variant == "v8");
+    CHECK_THROWS_AS(scan_source(c, 0), std::invalid_argument);
+    CHECK_FALSE(is_chunk_parallel(c));
+    // Its kernels are other variants': the warm-up list has none under its own name.
+    const std::string tag = std::string("[") + name + ",";
+    for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
+  }
   CHECK(resolve_kernels(parse_op_config("variant=v5"), 1 << 20).variant == "v5");
-  CHECK_THROWS_AS(scan_source(v9, 0), std::invalid_argument);
-  // Its kernels are v7's and v8's: the warm-up list has none under its own name.
-  for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find("v9") == std::string::npos);
+  CHECK(resolve_kernels(parse_op_config("variant=v11"), 1 << 20).variant == "v11");
 }

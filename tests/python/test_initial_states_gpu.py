@@ -6,6 +6,7 @@ import torch
 import mamba3_jit
 from mamba3_jit.reference import (RESULT_WITH_STATES_NAMES, case_args, compare, make_case,
                                   reference_fwd_vjp_with_states)
+from mamba3_jit.training import _native_op
 
 
 def test_variant_and_entry_point_must_agree_on_states():
@@ -52,3 +53,23 @@ def test_v6_with_zero_states_matches_v5():
     assert compare(with_states[:16], truth[:16], case["cu_seqlens"])["ok"]
     for x, y in zip(with_states[:16], plain):
         assert (x.double() - y.double()).norm() <= 1e-2 * y.double().norm().clamp_min(1e-30)
+
+
+@pytest.mark.gpu
+def test_forward_only_with_states_and_missing_cotangents():
+    """forward_states returns bitwise the joint op's five forward results; None cotangents give
+    bitwise what zero tensors give, the gradients of the states included."""
+    case = make_case([300, 0, 64, 1], seed=35, device="cuda")
+    args = list(case_args(case))
+    states = _random_states(case, 35)
+    forward = _native_op("forward_states")(*args[:12], *states, "")
+    joint = _native_op("fwd_vjp_states")(*args, *states, "")
+    assert len(forward) == 5
+    for name, a, b in zip(RESULT_WITH_STATES_NAMES, forward, joint):
+        assert torch.equal(a, b), f"forward-only {name} differs from the joint op's"
+    with_none = args[:12] + [None] * 5
+    with_zero = args[:12] + [torch.zeros_like(t) for t in args[12:]]
+    got = _native_op("fwd_vjp_states")(*with_none, *states, "")
+    want = _native_op("fwd_vjp_states")(*with_zero, *states, "")
+    for name, a, b in zip(RESULT_WITH_STATES_NAMES, got, want):
+        assert torch.equal(a, b), f"None cotangents: {name} differs from zero cotangents"

@@ -7,20 +7,42 @@ import torch
 
 import mamba3_jit
 from mamba3_jit.reference import ARG_NAMES, RESULT_NAMES, case_args, compare, make_case, reference_fwd_vjp
+from mamba3_jit.training import _native_op
 
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12"]
 
 
 def _run(case, variant="v1"):
     return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config={"variant": variant})
 
 
+# The float64 truth of a case depends only on its (seq_lens, seed), and every variant is checked
+# against it: computing it once per case rather than once per variant keeps the GPU suite inside
+# one short run.
+_TRUTH = {}
+
+
+def _case(seq_lens, seed):
+    case = make_case(seq_lens, seed=seed, device="cuda")
+    case["_key"] = (tuple(seq_lens), seed)
+    return case
+
+
+def _truth(case):
+    key = case.get("_key")
+    if key is None:
+        return reference_fwd_vjp(*case_args(case))
+    if key not in _TRUTH:
+        _TRUTH[key] = reference_fwd_vjp(*case_args(case))
+    return _TRUTH[key]
+
+
 def _check(case, result=None, variant="v1"):
     result = _run(case, variant) if result is None else result
-    truth = reference_fwd_vjp(*case_args(case))
+    truth = _truth(case)
     report = compare(result, truth, case["cu_seqlens"])
     worst = {n: report["tensors"][n]["rel_l2"] for n in RESULT_NAMES}
     assert report["ok"], f"{report['failures']} (rel-L2 per tensor: {worst})"
@@ -58,7 +80,7 @@ EDGE_MIXES = [
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("seq_lens", EDGE_MIXES, ids=lambda x: "-".join(map(str, x)))
 def test_edge_and_family_shapes(seq_lens, variant, reliability):
-    _check(make_case(seq_lens, seed=11, device="cuda"), variant=variant)
+    _check(_case(seq_lens, 11), variant=variant)
     reliability.record("edge_shape", "-".join(map(str, seq_lens)))
 
 
@@ -70,7 +92,7 @@ def test_random_mixes(variant, reliability):
         seq_lens = [rng.choice([0, 1, rng.randint(2, 70), rng.randint(100, 700)]) for _ in range(S)]
         if sum(seq_lens) == 0:
             seq_lens[0] = 5
-        _check(make_case(seq_lens, seed=100 + trial, device="cuda"), variant=variant)
+        _check(_case(seq_lens, 100 + trial), variant=variant)
         reliability.record("edge_shape", "-".join(map(str, seq_lens)))
 
 
@@ -78,14 +100,14 @@ def test_random_mixes(variant, reliability):
 def test_many_sequences(variant):
     rng = random.Random(5)
     seq_lens = [rng.randint(0, 40) for _ in range(64)]
-    _check(make_case(seq_lens, seed=3, device="cuda"), variant=variant)
+    _check(_case(seq_lens, 3), variant=variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fresh_call_immutability_and_bitwise_repeat(variant):
-    case_a = make_case([129, 150, 191], seed=1, device="cuda")
-    case_b = make_case([200, 77], seed=2, device="cuda")
-    snapshot = {n: t.clone() for n, t in case_a.items()}
+    case_a = _case([129, 150, 191], 1)
+    case_b = _case([200, 77], 2)
+    snapshot = {n: case_a[n].clone() for n in ARG_NAMES}
     first = _run(case_a, variant)
     for n in ARG_NAMES:
         assert torch.equal(case_a[n], snapshot[n]), f"input {n} was modified"
@@ -115,12 +137,39 @@ def test_lean_tensor_core_operands_match_cvt_rna_bitwise():
         assert torch.equal(a, b), f"{name} differs between v5 and v7"
 
 
-def test_v9_runs_v7_up_to_4096_tokens_and_v8_beyond():
-    """v9 only dispatches: bitwise v7 while every sequence has at most 4096 tokens, bitwise v8
-    (about fp32-exact tile products) once one is longer."""
-    for seq_lens, twin in (([4096, 300, 1], "v7"), ([4097, 64], "v8")):
+@pytest.mark.parametrize("variant,fast", [("v9", "v7"), ("v12", "v11")])
+def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
+    """v9 and v12 only dispatch: bitwise their fast variant while every sequence has at most 4096
+    tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
+    for seq_lens, twin in (([4096, 300, 1], fast), ([4097, 64], "v8")):
         case = make_case(seq_lens, seed=33, device="cuda")
-        got = _run(case, "v9")
+        got = _run(case, variant)
         want = _run(case, twin)
         for name, a, b in zip(RESULT_NAMES, got, want):
-            assert torch.equal(a, b), f"{seq_lens}: {name} differs between v9 and {twin}"
+            assert torch.equal(a, b), f"{seq_lens}: {name} differs between {variant} and {twin}"
+
+
+COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
+
+
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12"])
+def test_forward_only_and_missing_cotangents(variant):
+    """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
+    passed as None gives bitwise what a zero tensor gives."""
+    case = make_case([959, 300, 64, 1, 0], seed=34, device="cuda")
+    args = list(case_args(case))
+    cfg = mamba3_jit.config_string({"variant": variant})
+    forward = _native_op("forward")(*args[:12], cfg)
+    joint = _native_op("fwd_vjp")(*args, cfg)
+    assert len(forward) == 5
+    for name, a, b in zip(RESULT_NAMES, forward, joint):
+        assert torch.equal(a, b), f"forward-only {name} differs from the joint op's"
+    for i, name in enumerate(COTANGENTS):
+        with_none = list(args)
+        with_none[12 + i] = None
+        with_zero = list(args)
+        with_zero[12 + i] = torch.zeros_like(args[12 + i])
+        got = _native_op("fwd_vjp")(*with_none, cfg)
+        want = _native_op("fwd_vjp")(*with_zero, cfg)
+        for rname, a, b in zip(RESULT_NAMES, got, want):
+            assert torch.equal(a, b), f"{name}=None: {rname} differs from a zero {name}"

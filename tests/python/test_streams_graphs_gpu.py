@@ -16,10 +16,13 @@ pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = {"variant": "v4"}
+# v10 passes carries between CTAs through flags in its workspace: each call must own its flags,
+# and a graph must reset them on every replay.
+STREAM_VARIANTS = ["v4", "v10", "v11"]
 
 
-def _op(*args):
-    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args, config=CONFIG)
+def _op(*args, config=CONFIG):
+    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args, config=config)
 
 
 def _assert_correct(case, result):
@@ -27,7 +30,8 @@ def _assert_correct(case, result):
     assert report["ok"], report["failures"]
 
 
-def test_two_threads_two_streams():
+@pytest.mark.parametrize("variant", STREAM_VARIANTS)
+def test_two_threads_two_streams(variant):
     cases = [make_case([150, 77, 0], seed=21, device="cuda"), make_case([300, 5], seed=22, device="cuda")]
     results, errors = [None, None], []
 
@@ -36,7 +40,7 @@ def test_two_threads_two_streams():
             stream = torch.cuda.Stream()
             with torch.cuda.stream(stream):
                 for _ in range(3):
-                    results[i] = _op(*case_args(cases[i]))
+                    results[i] = _op(*case_args(cases[i]), config={"variant": variant})
             stream.synchronize()
         except Exception as e:  # surfaced below with the thread's index
             errors.append((i, e))
@@ -51,26 +55,29 @@ def test_two_threads_two_streams():
         _assert_correct(case, result)
 
 
-def test_graph_capture_replays_with_new_values():
+@pytest.mark.parametrize("variant", STREAM_VARIANTS)
+def test_graph_capture_replays_with_new_values(variant):
+    config = {"variant": variant}
     seq_lens = [129, 150, 191]
     static = make_case(seq_lens, seed=31, device="cuda")
     args = case_args(static)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        _op(*args)  # loads the kernels before capture
+        _op(*args, config=config)  # loads the kernels before capture
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = _op(*args)
+        captured = _op(*args, config=config)
     fresh = make_case(seq_lens, seed=32, device="cuda")
     for name in ARG_NAMES:
         if name != "cu_seqlens":
             static[name].copy_(fresh[name])
     graph.replay()
+    graph.replay()  # a second replay must find its tickets and flags reset
     torch.cuda.synchronize()
     _assert_correct(fresh, captured)
-    direct = _op(*case_args(fresh))
+    direct = _op(*case_args(fresh), config=config)
     for n, x, y in zip(RESULT_NAMES, captured, direct):
         assert torch.equal(x, y), f"{n}: graph replay differs from a direct call"
 

@@ -31,8 +31,18 @@ def _with_autograd(fn, *args, **kwargs):
         return pool.submit(fn, *args, **kwargs).result()
 
 
+def _zeros_for_none(args, case_like):
+    """The reference takes every cotangent; the kernels read a None one as zero."""
+    q, v, angles, cu = args[0], args[2], args[8], args[11]
+    S, H, P, N, A = cu.shape[0] - 1, v.shape[2], v.shape[3], q.shape[3], angles.shape[3]
+    zeros = (torch.zeros_like(v), v.new_zeros(S, H, A), q.new_zeros(S, H, P, N, dtype=torch.float32),
+             q.new_zeros(S, H, N, dtype=torch.float32), v.new_zeros(S, H, P))
+    return [z if c is None else c for c, z in zip(case_like, zeros)]
+
+
 def _standin_fwd_vjp(*args):
     *args, _config = args
+    args = list(args[:12]) + _zeros_for_none(args, args[12:17])
     results = _with_autograd(R.reference_fwd_vjp, *args)
     return [r.to(R.RESULT_DTYPES[n]) for n, r in zip(R.RESULT_NAMES, results)]
 
@@ -40,20 +50,33 @@ def _standin_fwd_vjp(*args):
 def _standin_fwd_vjp_states(*args):
     *args, _config = args
     states = args[17:]
-    results = _with_autograd(R.reference_fwd_vjp_with_states, *args[:17], initial_states=states)
+    args = list(args[:12]) + _zeros_for_none(args, args[12:17])
+    results = _with_autograd(R.reference_fwd_vjp_with_states, *args, initial_states=states)
     dtypes = [R.RESULT_DTYPES[n] for n in R.RESULT_NAMES] + [s.dtype for s in states]
     return [r.to(dt) for r, dt in zip(results, dtypes)]
 
 
-def _replace_native_ops(monkeypatch, fwd_vjp, fwd_vjp_states):
-    native = {"fwd_vjp": fwd_vjp, "fwd_vjp_states": fwd_vjp_states}
+def _standin_forward(*args):
+    *args, config = args
+    return _standin_fwd_vjp(*args, None, None, None, None, None, config)[:5]
+
+
+def _standin_forward_states(*args):
+    *args, config = args
+    return _standin_fwd_vjp_states(*args[:12], None, None, None, None, None, *args[12:], config)[:5]
+
+
+def _replace_native_ops(monkeypatch, fwd_vjp, fwd_vjp_states, forward=None, forward_states=None):
+    native = {"fwd_vjp": fwd_vjp, "fwd_vjp_states": fwd_vjp_states, "forward": forward or fwd_vjp,
+              "forward_states": forward_states or fwd_vjp_states}
     monkeypatch.setattr(training, "_native_op", native.__getitem__)
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request, monkeypatch):
     if request.param == "cpu":
-        _replace_native_ops(monkeypatch, _standin_fwd_vjp, _standin_fwd_vjp_states)
+        _replace_native_ops(monkeypatch, _standin_fwd_vjp, _standin_fwd_vjp_states, _standin_forward,
+                            _standin_forward_states)
     return request.param
 
 
@@ -175,15 +198,16 @@ def test_good_initial_states_reach_the_states_op(as_list, monkeypatch):
 
     def record(*args):
         calls.append(args)
-        return _standin_fwd_vjp_states(*args)
+        return _standin_forward_states(*args)
 
-    _replace_native_ops(monkeypatch, _refuse_launch, record)
+    # The forward is the forward-only op: the joint kernels must not run.
+    _replace_native_ops(monkeypatch, _refuse_launch, _refuse_launch, _refuse_launch, record)
     case = R.make_case([3, 0, 5], seed=5)
     states = _random_states(case, 5)
     out = mamba3_jit.mamba3_siso(*_inputs(case), initial_states=list(states) if as_list else states)
     assert out.shape == case["v"].shape and len(calls) == 1
-    # The states follow the 17 arguments, in order, and the config asks for the default variant.
-    assert all(a is b for a, b in zip(calls[0][17:21], states)) and calls[0][21] == ""
+    # The states follow the 12 inputs, in order, and the config asks for the default variant.
+    assert all(a is b for a, b in zip(calls[0][12:16], states)) and calls[0][16] == ""
 
 
 def test_valid_states_on_cpu_inputs_meet_the_native_device_check():
@@ -346,3 +370,29 @@ def test_zero_states_match_no_states(device):
     for name, a, b in zip(R.FORWARD_NAMES, (out0, *final0), (out, *final)):
         err = R.rel_l2(a, b, name == "final_angle_state")[0]
         assert err <= R.REL_L2_TOL, f"{name}: rel-L2 {err:.2e}"
+
+
+def test_none_cotangents_reach_the_kernels_as_none(monkeypatch):
+    """Autograd's None cotangents are passed on as None (null pointers the kernels read as zero):
+    no zero tensors are made for them, and the forward runs the forward-only op."""
+    calls = []
+
+    def record(*args):
+        calls.append(args)
+        return _standin_fwd_vjp(*args)
+
+    _replace_native_ops(monkeypatch, record, _refuse_launch, _standin_forward, _refuse_launch)
+    case = R.make_case([5, 3], seed=6)
+    leaves = [t.clone().requires_grad_(t.is_floating_point()) for t in _inputs(case)]
+    out, (fa, fs, fk, fv) = mamba3_jit.mamba3_siso(*leaves, return_final_states=True)
+    out.float().sum().backward()
+    assert len(calls) == 1
+    assert calls[0][12] is not None and all(c is None for c in calls[0][13:17])
+
+    calls.clear()
+    leaves = [t.clone().requires_grad_(t.is_floating_point()) for t in _inputs(case)]
+    out, (fa, fs, fk, fv) = mamba3_jit.mamba3_siso(*leaves, return_final_states=True)
+    fs.sum().backward()
+    assert len(calls) == 1
+    given = [c is not None for c in calls[0][12:17]]
+    assert given == [False, False, True, False, False]

@@ -1,0 +1,300 @@
+// Chunk-parallel scan (variant v10): one CTA per (chunk, head) instead of one per (sequence,
+// head), running the walkers' chunk code. Only the carries between neighbouring chunks are
+// sequential, and they travel through global memory:
+//   - m3_cp_angles: the angle sum entering every chunk (chunk totals summed in double along the
+//     sequence), the final angle state, and zero final states for empty sequences;
+//   - m3_cp_forward: chunk j computes its own contribution U_j to the state before it waits for
+//     the state Z_j entering it, publishes Z_{j+1} = alpha_j Z_j + U_j at once, then its outputs;
+//   - m3_cp_backward, chunks in reverse: likewise for the state gradient, then every gradient of
+//     the chunk; its per-token tail waits a second time, for the reverse-cumsum carries and the
+//     one-token shift terms of the chunk after it.
+// CTAs take tickets from an atomic counter, in rounds (every sequence's chunk r before any chunk
+// r + 1), so a chunk's neighbour in the chain always started before it: waiting on it cannot
+// deadlock, even with one CTA per SM. Flags and tickets are zeroed by the host before each call.
+#pragma once
+
+#define M3_NO_SCAN_ENTRY 1
+#include "m3_chunk_scan.cuh"
+#include "m3_schedule.cuh"
+
+#ifndef M3_CP_LEAN_FORWARD
+#define M3_CP_LEAN_FORWARD 0
+#endif
+#if !M3_PARALLEL_SCALARS || !M3_VECTOR_IO || M3_INITIAL_STATES
+#error "the chunk-parallel scan builds on M3_PARALLEL_SCALARS and M3_VECTOR_IO, without initial states"
+#endif
+
+namespace m3cp {
+using namespace m3scan;
+
+constexpr int kTailWords = A + 4;  // Phi carry[A], dadt_run, dc_pending, ddt_first, dp_first
+
+M3_DEV int seq_chunks(const M3Params& p, int i) { return m3_seq_chunks(p.cu_seqlens, i, C); }
+
+M3_DEV SeqHead seq_head(const M3Params& p, int seq, int h) {
+  SeqHead sh;
+  sh.h = h;
+  sh.seq = seq;
+  sh.start = p.cu_seqlens[seq];
+  sh.len = p.cu_seqlens[seq + 1] - sh.start;
+  if (sh.start < 0 || sh.len < 0 || sh.start + sh.len > p.T) __trap();
+  int base = 0;
+  for (int i = 0; i < seq; ++i) base += seq_chunks(p, i);
+  sh.chunk_base = base;
+  return sh;
+}
+
+// One ticket per CTA; -1 in job[0] when the ticket is past the last (chunk, head).
+struct Job {
+  int seq, round, h;
+  long long q;
+};
+
+M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
+  if (threadIdx.x == 0) {
+    const long long t = atomicAdd(counter, 1);
+    const long long q = t / p.H;
+    int seq = -1, round = 0;
+    if (!m3_schedule(p.cu_seqlens, p.S, C, q, seq, round)) seq = -1;
+    shared[0] = seq;
+    shared[1] = round;
+    shared[2] = static_cast<int>(t % p.H);
+    shared[3] = static_cast<int>(q);
+  }
+  __syncthreads();
+  Job job{shared[0], shared[1], shared[2], shared[3]};
+  __syncthreads();
+  return job;
+}
+
+// Data before flag: every thread's writes are made visible device-wide, then one thread raises
+// the flag with release semantics.
+M3_DEV void publish(int* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+}
+
+// Flag before data: one thread waits with acquire semantics; the barrier holds the others back.
+// The data behind the flag is then read with ld.global.cg (L2), never from a stale L1 line.
+M3_DEV void wait_for(const int* flag) {
+  if (threadIdx.x == 0) {
+    int ready = 0;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
+      if (ready) break;
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+}
+
+M3_DEV void zero_state(float* dst) {
+  for (int e = threadIdx.x; e < P * N; e += NT) dst[(e / N) * LDN + (e % N)] = 0.f;
+}
+
+M3_DEV int* forward_flags(const M3Params& p) { return p.ws_sync + 2; }
+M3_DEV int* backward_flags(const M3Params& p) {
+  return p.ws_sync + 2 + static_cast<long long>(p.chunk_capacity) * p.H;
+}
+M3_DEV int* tail_flags(const M3Params& p) {
+  return p.ws_sync + 2 + 2 * static_cast<long long>(p.chunk_capacity) * p.H;
+}
+
+M3_DEV double wrap_angle_double(double x) {
+  const double two_pi = 6.283185307179586476925286766559;
+  return x - two_pi * floor(x / two_pi);
+}
+
+}  // namespace m3cp
+
+// The angle sum entering every chunk of one (sequence, head) into ws_phi, the final angle state,
+// and zero final states for an empty sequence. Grid (H, S).
+extern "C" __global__ void __launch_bounds__(M3_THREADS)
+    m3_cp_angles(const M3Params p) {
+  using namespace m3cp;
+  const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const SeqHead sh = seq_head(p, seq, h);
+  const int chunks = (sh.len + C - 1) / C;
+  const long long row = static_cast<long long>(seq) * H + h;
+  static_assert(A == 32, "one lane per angle index");
+  // Chunk totals of theta * dt, with the chunk code's own fp32 products, a warp per chunk; all of
+  // a chunk's loads are issued before the first use, so each chunk costs one memory round trip.
+  for (int j = warp; j < chunks; j += NW) {
+    const int a = j * C, len = min(C, sh.len - a);
+    m3_bf16 raw[C];
+    float dts[C];
+#pragma unroll
+    for (int t = 0; t < C; ++t) {
+      const int tg = sh.start + a + t;
+      raw[t] = t < len ? p.angles[(static_cast<long long>(tg) * H + h) * A + lane] : static_cast<m3_bf16>(0);
+      dts[t] = t < len ? p.dt[h * T + tg] : 0.f;
+    }
+    float total = 0.f;
+#pragma unroll
+    for (int t = 0; t < C; ++t) total += (kM3Pi * tanhf(bf2f(raw[t]))) * dts[t];
+    p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    // Along the sequence in double, wrapped once per chunk: no fp32 drift however long it is.
+    // Eight chunk totals are loaded before any of their slots is overwritten, so that the loads
+    // of a group travel together.
+    double sum = 0.0;
+    float* slots = p.ws_phi + (static_cast<long long>(sh.chunk_base) * H + h) * A + lane;
+    const long long stride = static_cast<long long>(H) * A;
+    for (int j0 = 0; j0 < chunks; j0 += 8) {
+      float total[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) total[u] = j0 + u < chunks ? slots[(j0 + u) * stride] : 0.f;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (j0 + u < chunks) {
+          slots[(j0 + u) * stride] = static_cast<float>(wrap_angle_double(sum));
+          sum = wrap_angle_double(sum + static_cast<double>(total[u]));
+        }
+      }
+    }
+    p.final_angle[row * A + lane] = f2bf(chunks > 0 ? static_cast<float>(sum) : 0.f);
+  }
+  if (sh.len == 0) {
+    for (int e = threadIdx.x; e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
+    for (int e = threadIdx.x; e < N; e += NT) p.final_k[row * N + e] = 0.f;
+    for (int e = threadIdx.x; e < P; e += NT) p.final_v[row * P + e] = static_cast<m3_bf16>(0);
+  }
+}
+
+// M3_CP_LEAN_FORWARD (v11): the forward's own smaller layout and at most 128 registers, two
+// CTAs per SM.
+extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 : 1)
+    m3_cp_forward(const M3Params p) {
+  using namespace m3cp;
+  extern __shared__ float4 smem_raw[];
+  __shared__ int job_words[4];
+#if M3_CP_LEAN_FORWARD
+  Smem s = carve_forward(reinterpret_cast<float*>(smem_raw));
+#else
+  Smem s = carve(reinterpret_cast<float*>(smem_raw));
+#endif
+  const Job job = take_ticket(p, p.ws_sync, job_words);
+  if (job.seq < 0) return;
+  const int H = p.H, tid = threadIdx.x, j = job.round;
+  const SeqHead sh = seq_head(p, job.seq, job.h);
+  const int chunks = (sh.len + C - 1) / C;
+  const int a = j * C, len = min(C, sh.len - a);
+  const long long g = sh.chunk_base + j;
+  const long long slot = g * H + sh.h;
+  const bool last = j == chunks - 1;
+
+  if (tid < A) s.phi_carry()[tid] = p.ws_phi[slot * A + tid];
+  __syncthreads();
+  forward_prepare(p, sh, s, a, len);
+  StateTile upd;
+  chunk_state_contribution(s, upd);
+
+  // The state entering the chunk, then at once the state leaving it (the next chunk waits for it).
+  if (j == 0) {
+    zero_state(s.st);
+  } else {
+    wait_for(forward_flags(p) + slot - H);
+    stage_state<true>(p.ws_states + slot * P * N, s.st);
+  }
+  __syncthreads();
+  const float alpha = s.vv(kVecE)[len - 1];
+  float* out = last ? p.final_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N
+                    : p.ws_states + (slot + H) * P * N;
+  upd.for_each([&](int r, int c, float acc) { out[r * N + c] = alpha * s.st[r * LDN + c] + acc; });
+  if (!last) publish(forward_flags(p) + slot);
+
+  forward_outputs(p, sh, s, a, len);
+  if (last) {
+    const long long row = static_cast<long long>(sh.seq) * H + sh.h;
+    if (tid < N) p.final_k[row * N + tid] = s.kr[(len - 1) * LDN + tid];
+    if (tid < P) p.final_v[row * P + tid] = p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
+    m3_cp_backward(const M3Params p) {
+  using namespace m3cp;
+  extern __shared__ float4 smem_raw[];
+  __shared__ int job_words[4];
+  Smem s = carve(reinterpret_cast<float*>(smem_raw));
+  const Job job = take_ticket(p, p.ws_sync + 1, job_words);
+  const int H = p.H, tid = threadIdx.x;
+  if (job.seq < 0) {
+    // Tickets past the last chunk cover the rows of the partials no chunk writes, one each.
+    if (job.q < p.chunk_capacity) {
+      float* part = p.ws_partial + (job.q * H + job.h) * (2 * N + 1);
+      for (int c = tid; c < 2 * N + 1; c += NT) part[c] = 0.f;
+    }
+    return;
+  }
+  const SeqHead sh = seq_head(p, job.seq, job.h);
+  const int chunks = (sh.len + C - 1) / C;
+  const int j = chunks - 1 - job.round;
+  const int a = j * C, len = min(C, sh.len - a);
+  const long long g = sh.chunk_base + j;
+  const long long slot = g * H + sh.h;
+  const bool last = j == chunks - 1;
+
+  backward_prepare(p, sh, s, static_cast<int>(g), a, len, j == 0 ? nullptr : p.ws_states + slot * P * N);
+  StateTile upd;
+  state_grad_contribution(s, upd);
+
+  // The gradient of the state leaving the chunk, then at once that of the state entering it.
+  if (last) {
+    const float* dfs = p.dfinal_ssm;
+    const long long row = static_cast<long long>(sh.seq) * H + sh.h;
+    for (int e = tid; e < P * N; e += NT) s.ds[(e / N) * LDN + (e % N)] = dfs ? dfs[row * P * N + e] : 0.f;
+  } else {
+    wait_for(backward_flags(p) + slot + H);
+    stage_state<true>(p.ws_dstates + (slot + H) * P * N, s.ds);
+  }
+  __syncthreads();
+  const float alpha = s.vv(kVecE)[len - 1];
+  float* out = p.ws_dstates + slot * P * N;
+  float part = 0.f;
+  upd.for_each([&](int r, int c, float acc) {
+    const float old = s.ds[r * LDN + c];
+    part = fmaf(old, s.st[r * LDN + c], part);
+    if (j > 0) out[r * N + c] = alpha * old + acc;
+  });
+  const float da = alpha * block_sum<NT>(part, s.red);
+  if (j > 0) publish(backward_flags(p) + slot);
+
+  backward_intra(p, sh, s, a, len);
+  float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
+  backward_token_epilogue(p, sh, s, a, len, qb, kb);
+
+  // The reverse-cumsum carries and the one-token shift terms of the chunk after this one.
+  float* carries = s.red;  // free between block sums; holds A + 4 words
+  if (last) {
+    if (tid < kTailWords) carries[tid] = 0.f;
+  } else {
+    wait_for(tail_flags(p) + slot + H);
+    if (tid < kTailWords) carries[tid] = __ldcg(p.ws_tail + (slot + H) * kTailWords + tid);
+  }
+  __syncthreads();
+  if (tid < A) s.big_phi_carry()[tid] = carries[tid];
+  BackwardCarry bc{carries[A], carries[A + 1], carries[A + 2], carries[A + 3], 0.f};
+  __syncthreads();
+  backward_token_scalars_parallel(p, sh, s, a, len, last, da, 0.f, bc);
+  if (j > 0) {
+    float* rec = p.ws_tail + slot * kTailWords;
+    if (tid < A) rec[tid] = s.big_phi_carry()[tid];
+    if (tid == 0) {
+      rec[A] = bc.dadt_run;
+      rec[A + 1] = bc.dc_pending;
+      rec[A + 2] = bc.ddt_first;
+      rec[A + 3] = bc.dp_first;
+    }
+    publish(tail_flags(p) + slot);
+  }
+  // bc.dd_sum is this chunk's share of dd; warp 0 holds it.
+  __shared__ float dd_share;
+  if (tid == 0) dd_share = bc.dd_sum;
+  __syncthreads();
+  write_bias_partials(p, s, slot, qb, kb, dd_share);
+}

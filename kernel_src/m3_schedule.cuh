@@ -1,0 +1,57 @@
+// The order in which the chunk-parallel kernels hand out (chunk, head) work: in rounds, chunk r of
+// every sequence before any chunk r + 1. A chunk's neighbour in its chain (r - 1 in the forward,
+// its successor in the backward, which counts rounds from the end) therefore always has an
+// earlier ticket, so it started first and waiting on it cannot deadlock.
+//
+// Plain C++ on the host as well, so that the mapping is unit-tested without a GPU.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define M3_HD __host__ __device__ __forceinline__
+#else
+#define M3_HD inline
+#endif
+
+// Chunks of sequence i, for chunks of `chunk` tokens.
+M3_HD int m3_seq_chunks(const int* cu_seqlens, int i, int chunk) {
+  return (cu_seqlens[i + 1] - cu_seqlens[i] + chunk - 1) / chunk;
+}
+
+// (sequence, round) pairs in the rounds before round r: sum over sequences of min(chunks, r).
+M3_HD long long m3_pairs_before_round(const int* cu_seqlens, int num_seqs, int chunk, int r) {
+  long long n = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int c = m3_seq_chunks(cu_seqlens, i, chunk);
+    n += c < r ? c : r;
+  }
+  return n;
+}
+
+// The q-th (sequence, round) pair in round order, sequences in order within a round; false past
+// the last one. O(S log(longest)) work.
+M3_HD bool m3_schedule(const int* cu_seqlens, int num_seqs, int chunk, long long q, int& seq, int& round) {
+  int most = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int c = m3_seq_chunks(cu_seqlens, i, chunk);
+    most = c > most ? c : most;
+  }
+  if (q < 0 || q >= m3_pairs_before_round(cu_seqlens, num_seqs, chunk, most)) return false;
+  int lo = 0, hi = most;  // pairs_before_round(lo) <= q < pairs_before_round(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (m3_pairs_before_round(cu_seqlens, num_seqs, chunk, mid) <= q) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  long long k = q - m3_pairs_before_round(cu_seqlens, num_seqs, chunk, lo);
+  for (int i = 0; i < num_seqs; ++i) {
+    if (m3_seq_chunks(cu_seqlens, i, chunk) > lo && k-- == 0) {
+      seq = i;
+      round = lo;
+      return true;
+    }
+  }
+  return false;
+}
