@@ -23,6 +23,15 @@
 #if !M3_PARALLEL_SCALARS || !M3_VECTOR_IO || M3_INITIAL_STATES
 #error "the chunk-parallel scan builds on M3_PARALLEL_SCALARS and M3_VECTOR_IO, without initial states"
 #endif
+// M3_PAIRED_STATE_STORES (v13): the states handed from chunk to chunk are written two columns
+// per 8-byte store. A warp's scalar stores of a tile fragment touch 8 rows x 4 alternate
+// columns, half of every 32-byte sector; paired, it fills whole sectors with half the stores.
+#ifndef M3_PAIRED_STATE_STORES
+#define M3_PAIRED_STATE_STORES 0
+#endif
+#if M3_PAIRED_STATE_STORES && !M3_USE_MMA
+#error "M3_PAIRED_STATE_STORES needs the tensor-core tiles (their for_each_pair)"
+#endif
 
 namespace m3cp {
 using namespace m3scan;
@@ -204,7 +213,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = last ? p.final_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N
                     : p.ws_states + (slot + H) * P * N;
+#if M3_PAIRED_STATE_STORES
+  upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
+    const float2 st = *reinterpret_cast<const float2*>(s.st + r * LDN + c);
+    *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * st.x + acc0, alpha * st.y + acc1);
+  });
+#else
   upd.for_each([&](int r, int c, float acc) { out[r * N + c] = alpha * s.st[r * LDN + c] + acc; });
+#endif
   if (!last) publish(forward_flags(p) + slot);
 
   forward_outputs(p, sh, s, a, len);
@@ -256,11 +272,21 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = p.ws_dstates + slot * P * N;
   float part = 0.f;
+#if M3_PAIRED_STATE_STORES
+  upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
+    const float2 old = *reinterpret_cast<const float2*>(s.ds + r * LDN + c);
+    const float2 st = *reinterpret_cast<const float2*>(s.st + r * LDN + c);
+    part = fmaf(old.x, st.x, part);
+    part = fmaf(old.y, st.y, part);
+    if (j > 0) *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * old.x + acc0, alpha * old.y + acc1);
+  });
+#else
   upd.for_each([&](int r, int c, float acc) {
     const float old = s.ds[r * LDN + c];
     part = fmaf(old, s.st[r * LDN + c], part);
     if (j > 0) out[r * N + c] = alpha * old + acc;
   });
+#endif
   const float da = alpha * block_sum<NT>(part, s.red);
   if (j > 0) publish(backward_flags(p) + slot);
 

@@ -377,7 +377,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
         const int pair = 4 * o + jp;
         if (live && pair < A) {
           float sn, cs;
-          sincosf(s.phi[t * A + pair], &sn, &cs);
+          m3_sincos(s.phi[t * A + pair], &sn, &cs);
           const float q0 = qh[2 * jp], q1 = qh[2 * jp + 1], k0 = kh[2 * jp], k1 = kh[2 * jp + 1];
           qh[2 * jp] = q0 * cs - q1 * sn;
           qh[2 * jp + 1] = q0 * sn + q1 * cs;
@@ -415,7 +415,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
         raw = fmaf(q0, k0, fmaf(q1, k1, raw));
         if (i2 < A) {
           float sn, cs;
-          sincosf(s.phi[t * A + i2], &sn, &cs);
+          m3_sincos(s.phi[t * A + i2], &sn, &cs);
           const float rq0 = q0 * cs - q1 * sn, rq1 = q0 * sn + q1 * cs;
           const float rk0 = k0 * cs - k1 * sn, rk1 = k0 * sn + k1 * cs;
           q0 = rq0; q1 = rq1; k0 = rk0; k1 = rk1;
@@ -912,7 +912,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
           if (pair < A) {
             s.dphi[t * A + pair] = qr[n0] * dqr[n1] - qr[n1] * dqr[n0] + kr[n0] * dkr[n1] - kr[n1] * dkr[n0];
             float sn, cs;
-            sincosf(s.phi[t * A + pair], &sn, &cs);
+            m3_sincos(s.phi[t * A + pair], &sn, &cs);
             uq[n0] = dqr[n0] * cs + dqr[n1] * sn;
             uq[n1] = -dqr[n0] * sn + dqr[n1] * cs;
             uk[n0] = dkr[n0] * cs + dkr[n1] * sn;
@@ -962,7 +962,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
       if (i2 < A) {
         s.dphi[t * A + i2] = qr0 * dqr1 - qr1 * dqr0 + kr0 * dkr1 - kr1 * dkr0;
         float sn, cs;
-        sincosf(s.phi[t * A + i2], &sn, &cs);
+        m3_sincos(s.phi[t * A + i2], &sn, &cs);
         uq0 = dqr0 * cs + dqr1 * sn;
         uq1 = -dqr0 * sn + dqr1 * cs;
         uk0 = dkr0 * cs + dkr1 * sn;

@@ -21,6 +21,26 @@ M3_DEV m3_bf16 f2bf(float f) {
 
 M3_DEV float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+#ifndef M3_FAST_SINCOS
+#define M3_FAST_SINCOS 0
+#endif
+// sin and cos of a rotary angle. The angles inside a chunk stay within about 20 rad of 0 (the
+// carry is wrapped into [0, 2pi) and a chunk adds at most 32 * pi * max dt), so M3_FAST_SINCOS
+// reduces them to [-pi, pi] with a two-part 2pi and uses the hardware approximations (absolute
+// error about 4e-7 there, against 1e-7 for sincosf, both far below the tf32 rounding the
+// rotated values meet next); sincosf keeps any angle beyond 8192 rad exact.
+M3_DEV void m3_sincos(float x, float* sn, float* cs) {
+#if M3_FAST_SINCOS
+  if (fabsf(x) <= 8192.f) {
+    const float k = rintf(x * 0.159154943091895335769f);
+    const float r = fmaf(-k, -1.74845553e-7f, fmaf(-k, 6.28318548f, x));
+    __sincosf(r, sn, cs);
+    return;
+  }
+#endif
+  sincosf(x, sn, cs);
+}
+
 // The butterfly order is fixed, so the sum is bitwise repeatable.
 M3_DEV float warp_sum(float x) {
 #pragma unroll
@@ -254,6 +274,19 @@ struct MmaTile {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
+  }
+
+  // f(row, col, acc at col, acc at col + 1), col even: the two columns a thread holds side by
+  // side, for 8-byte accesses; the same elements in the same order as for_each.
+  template <class F>
+  M3_DEV void for_each_pair(F f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          f(m0 + i * 16 + g + (h << 3), n0 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
   }
 };
 

@@ -16,7 +16,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v5", 32, 256}, OpConfig{"v6", 32, 256},
                                                 OpConfig{"v7", 32, 256}, OpConfig{"v8", 32, 256},
                                                 OpConfig{"v9", 32, 256}, OpConfig{"v10", 32, 256},
-                                                OpConfig{"v11", 32, 256}, OpConfig{"v12", 32, 256}};
+                                                OpConfig{"v11", 32, 256}, OpConfig{"v12", 32, 256},
+                                                OpConfig{"v13", 32, 256}, OpConfig{"v14", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -28,7 +29,7 @@ struct Dispatch {
   const char* short_kernels;
   const char* long_kernels;
 };
-const Dispatch kDispatch[] = {{"v9", "v7", "v8"}, {"v12", "v11", "v8"}};
+const Dispatch kDispatch[] = {{"v9", "v7", "v8"}, {"v12", "v11", "v8"}, {"v14", "v13", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -110,8 +111,10 @@ int seq_bucket(long long num_seqs) {
 // three tf32 products, about fp32-exact, so that dangles stays accurate on long sequences; v10:
 // v7's chunk code run by one CTA per (chunk, head), the carries between chunks passed through
 // global memory (kernel_src/m3_chunk_parallel.cuh); v11: v10 with the forward kernel on a layout
-// of its own (107 KB) and at most 128 registers, two CTAs per SM. v9 and v12 have no kernels of
-// their own (kDispatch).
+// of its own (107 KB) and at most 128 registers, two CTAs per SM; v13: v11 with the rotary sin
+// and cos from the hardware approximations after an explicit range reduction, and the states
+// handed between chunks stored two columns at a time. v9, v12 and v14 have no kernels of their
+// own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -123,18 +126,21 @@ struct VariantTraits {
   bool split_tf32;
   bool chunk_parallel;
   bool lean_forward;
+  bool fast_sincos;
+  bool paired_state_stores;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false};
-  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false};
-  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true};
-  return {true, 4, true, true, true, false, true, true, false, false};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
+  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
+  return {true, 4, true, true, true, false, true, true, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -180,6 +186,9 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   src.options.push_back("-DM3_LEAN_MMA=" + std::to_string(tr.lean_mma ? 1 : 0));
   src.options.push_back("-DM3_SPLIT_TF32=" + std::to_string(tr.split_tf32 ? 1 : 0));
   if (tr.chunk_parallel) src.options.push_back("-DM3_CP_LEAN_FORWARD=" + std::to_string(tr.lean_forward ? 1 : 0));
+  // Only where set, so that the earlier variants keep their options, and with them their keys.
+  if (tr.fast_sincos) src.options.push_back("-DM3_FAST_SINCOS=1");
+  if (tr.paired_state_stores) src.options.push_back("-DM3_PAIRED_STATE_STORES=1");
   src.arch = arch;
   return src;
 }

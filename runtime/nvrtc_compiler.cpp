@@ -209,7 +209,11 @@ std::vector<std::string> builtin_options(const std::string& arch) {
   // -default-device: kernel_src headers are shared with the host dispatcher, so they hold plain
   // (unannotated) C++ functions, which NVRTC otherwise refuses as host code. No fast-math: the
   // kernels are checked against a float reference.
-  return {"-std=c++17", "--gpu-architecture=" + arch, "-default-device"};
+  std::vector<std::string> options{"-std=c++17", "--gpu-architecture=" + arch, "-default-device"};
+  // Source lines in the cubin, for profilers (ncu's source view, nvdisasm -g). Part of the cache
+  // key through these options, so such kernels never mix with the plain ones.
+  if (const char* v = std::getenv("MAMBA3_JIT_LINEINFO"); v && std::string(v) == "1") options.push_back("-lineinfo");
+  return options;
 }
 
 const std::string& nvrtc_version() {

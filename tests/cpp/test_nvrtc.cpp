@@ -10,6 +10,7 @@
 #include "driver_api.h"
 #include "jit.h"
 #include "kernel_registry.h"
+#include "nvrtc_compiler.h"
 #include "test_util.h"
 
 using namespace mamba3_jit;
@@ -138,8 +139,8 @@ TEST_CASE("an error inside an embedded header is excerpted from that header", "[
   }
 }
 
-TEST_CASE("v9 and v12 run their fast kernels up to the exact-products length and v8's beyond", "[registry]") {
-  const std::pair<const char*, const char*> dispatch[] = {{"v9", "v7"}, {"v12", "v11"}};
+TEST_CASE("v9, v12 and v14 run their fast kernels up to the exact-products length and v8's beyond", "[registry]") {
+  const std::pair<const char*, const char*> dispatch[] = {{"v9", "v7"}, {"v12", "v11"}, {"v14", "v13"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -154,4 +155,23 @@ TEST_CASE("v9 and v12 run their fast kernels up to the exact-products length and
   }
   CHECK(resolve_kernels(parse_op_config("variant=v5"), 1 << 20).variant == "v5");
   CHECK(resolve_kernels(parse_op_config("variant=v11"), 1 << 20).variant == "v11");
+}
+
+TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {
+  KernelSource src;
+  src.name = "smoke";
+  src.code = "#include \"m3_smoke.cuh\"\n";
+  src.arch = "sm_90a";
+  test::TempDir tmp;
+  KernelCache cache(tmp.path());
+  ::unsetenv("MAMBA3_JIT_LINEINFO");
+  const auto plain = builtin_options("sm_90a");
+  const std::string plain_key = cache.key(src);
+  CHECK(std::find(plain.begin(), plain.end(), "-lineinfo") == plain.end());
+  ::setenv("MAMBA3_JIT_LINEINFO", "1", 1);
+  const auto with = builtin_options("sm_90a");
+  const std::string with_key = cache.key(src);
+  ::unsetenv("MAMBA3_JIT_LINEINFO");
+  CHECK(std::find(with.begin(), with.end(), "-lineinfo") != with.end());
+  CHECK(with_key != plain_key);
 }

@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14"]
 
 
 def _run(case, variant="v1"):
@@ -137,9 +137,9 @@ def test_lean_tensor_core_operands_match_cvt_rna_bitwise():
         assert torch.equal(a, b), f"{name} differs between v5 and v7"
 
 
-@pytest.mark.parametrize("variant,fast", [("v9", "v7"), ("v12", "v11")])
+@pytest.mark.parametrize("variant,fast", [("v9", "v7"), ("v12", "v11"), ("v14", "v13")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
-    """v9 and v12 only dispatch: bitwise their fast variant while every sequence has at most 4096
+    """v9, v12 and v14 only dispatch: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
     for seq_lens, twin in (([4096, 300, 1], fast), ([4097, 64], "v8")):
         case = make_case(seq_lens, seed=33, device="cuda")
@@ -152,7 +152,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
