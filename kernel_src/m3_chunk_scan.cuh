@@ -168,43 +168,33 @@ struct Smem {
   M3_DEV float* scalars() { return vec + kVecCount * C + 2 * A; }
 };
 
-// The forward's share of the layout (m3_scan_forward_layout): no state-gradient, dM, dks or dphi
-// tiles, and t1 only C x P; those pointers stay null.
-M3_DEV Smem carve_forward(float* base) {
-  Smem s{};
-  s.qr = base + LF.qr;
-  s.kr = base + LF.kr;
-  s.v = base + LF.v;
-  s.dy = base + LF.dy;
-  s.st = base + LF.st;
-  s.m = base + LF.m;
-  s.t1 = base + LF.t1;
-  s.phi = base + LF.phi;
-  s.th = base + LF.th;
-  s.vec = base + LF.vec;
-  s.red = base + LF.red;
+// Pointers into shared memory for a layout; the tiles it leaves out (-1) stay null.
+M3_DEV Smem carve_layout(float* base, const M3ScanLayout& l) {
+  const auto at = [&](int offset) { return offset < 0 ? nullptr : base + offset; };
+  Smem s;
+  s.qr = at(l.qr);
+  s.kr = at(l.kr);
+  s.v = at(l.v);
+  s.dy = at(l.dy);
+  s.st = at(l.st);
+  s.ds = at(l.ds);
+  s.m = at(l.m);
+  s.x = at(l.x);
+  s.t1 = at(l.t1);
+  s.t2 = at(l.t2);
+  s.phi = at(l.phi);
+  s.th = at(l.th);
+  s.dphi = at(l.dphi);
+  s.vec = at(l.vec);
+  s.red = at(l.red);
   return s;
 }
 
-M3_DEV Smem carve(float* base) {
-  Smem s;
-  s.qr = base + L.qr;
-  s.kr = base + L.kr;
-  s.v = base + L.v;
-  s.dy = base + L.dy;
-  s.st = base + L.st;
-  s.ds = base + L.ds;
-  s.m = base + L.m;
-  s.x = base + L.x;
-  s.t1 = base + L.t1;
-  s.t2 = base + L.t2;
-  s.phi = base + L.phi;
-  s.th = base + L.th;
-  s.dphi = base + L.dphi;
-  s.vec = base + L.vec;
-  s.red = base + L.red;
-  return s;
-}
+M3_DEV Smem carve(float* base) { return carve_layout(base, L); }
+
+// The forward's share (m3_scan_forward_layout): no state-gradient, dM, dks or dphi tiles, and t1
+// only C x P.
+M3_DEV Smem carve_forward(float* base) { return carve_layout(base, LF); }
 
 // Where one (sequence, head) lives.
 struct SeqHead {

@@ -265,19 +265,8 @@ struct MmaTile {
   }
 #endif
 
-  template <class F>
-  M3_DEV void for_each(F f) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NTL; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
-  }
-
   // f(row, col, acc at col, acc at col + 1), col even: the two columns a thread holds side by
-  // side, for 8-byte accesses; the same elements in the same order as for_each.
+  // side, for 8-byte accesses. Elements in memory order (zip_for_each relies on it).
   template <class F>
   M3_DEV void for_each_pair(F f) {
 #pragma unroll
@@ -287,6 +276,19 @@ struct MmaTile {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           f(m0 + i * 16 + g + (h << 3), n0 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+  }
+
+  // Written out rather than through for_each_pair: the nested lambda schedules the code of every
+  // tile visit differently (checked on the cubins), and the measured variants keep their code.
+  template <class F>
+  M3_DEV void for_each(F f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
   }
 };
 

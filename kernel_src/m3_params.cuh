@@ -81,45 +81,42 @@ enum M3ScanVec {
   kVecU, kVecXs, kVecDyv, kVecDsc, kVecAng, kVecDgam, kVecCount
 };
 
-static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int threads, int pad) {
+// Hands out the next `n` floats of a layout being built.
+static constexpr int m3_take(int& offset, int n) {
+  const int at = offset;
+  offset += n;
+  return at;
+}
+
+// The chunk scan's shared memory, in floats. With `forward_only` (the forward kernel of the
+// chunk-parallel variants) the state-gradient, dM, dks and dphi tiles are left out (-1) and t1 is
+// only C x P: small enough for two CTAs per SM, about 110 KB at C = 32.
+static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only) {
   M3ScanLayout l{};
   int o = 0;
-  l.qr = o; o += C * (N + pad);
-  l.kr = o; o += C * (N + pad);
-  l.v = o; o += C * (P + pad);
-  l.dy = o; o += C * (P + pad);
-  l.st = o; o += P * (N + pad);
-  l.ds = o; o += P * (N + pad);
-  l.m = o; o += C * (C + pad);
-  l.x = o; o += C * (C + pad);
-  l.t1 = o; o += C * (N + pad);
-  l.t2 = o; o += C * (N + pad);
-  l.phi = o; o += C * A;
-  l.th = o; o += C * A;
-  l.dphi = o; o += C * A;
-  l.vec = o; o += C * kVecCount + 2 * A + 16;  // per-token vectors, two angle carries, scalars
-  l.red = o; o += threads;
+  l.qr = m3_take(o, C * (N + pad));
+  l.kr = m3_take(o, C * (N + pad));
+  l.v = m3_take(o, C * (P + pad));
+  l.dy = m3_take(o, C * (P + pad));
+  l.st = m3_take(o, P * (N + pad));
+  l.ds = forward_only ? -1 : m3_take(o, P * (N + pad));
+  l.m = m3_take(o, C * (C + pad));
+  l.x = forward_only ? -1 : m3_take(o, C * (C + pad));
+  l.t1 = m3_take(o, C * ((forward_only ? P : N) + pad));
+  l.t2 = forward_only ? -1 : m3_take(o, C * (N + pad));
+  l.phi = m3_take(o, C * A);
+  l.th = m3_take(o, C * A);
+  l.dphi = forward_only ? -1 : m3_take(o, C * A);
+  l.vec = m3_take(o, C * kVecCount + 2 * A + 16);  // per-token vectors, two angle carries, scalars
+  l.red = m3_take(o, threads);
   l.total = o;
   return l;
 }
 
-// What the forward kernel of the chunk-parallel variants needs (ds, x, t2 and dphi unused, -1),
-// small enough for two CTAs per SM: about 110 KB at C = 32.
+static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int threads, int pad) {
+  return m3_layout(C, N, P, A, threads, pad, false);
+}
+
 static constexpr M3ScanLayout m3_scan_forward_layout(int C, int N, int P, int A, int threads, int pad) {
-  M3ScanLayout l{};
-  int o = 0;
-  l.qr = o; o += C * (N + pad);
-  l.kr = o; o += C * (N + pad);
-  l.v = o; o += C * (P + pad);
-  l.dy = o; o += C * (P + pad);
-  l.st = o; o += P * (N + pad);
-  l.m = o; o += C * (C + pad);
-  l.t1 = o; o += C * (P + pad);
-  l.phi = o; o += C * A;
-  l.th = o; o += C * A;
-  l.vec = o; o += C * kVecCount + 2 * A + 16;
-  l.red = o; o += threads;
-  l.ds = l.x = l.t2 = l.dphi = -1;
-  l.total = o;
-  return l;
+  return m3_layout(C, N, P, A, threads, pad, true);
 }
