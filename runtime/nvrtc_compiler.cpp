@@ -212,7 +212,9 @@ std::vector<std::string> builtin_options(const std::string& arch) {
   std::vector<std::string> options{"-std=c++17", "--gpu-architecture=" + arch, "-default-device"};
   // Source lines in the cubin, for profilers (ncu's source view, nvdisasm -g). Part of the cache
   // key through these options, so such kernels never mix with the plain ones.
-  if (const char* v = std::getenv("MAMBA3_JIT_LINEINFO"); v && std::string(v) == "1") options.push_back("-lineinfo");
+  if (const char* v = std::getenv("MAMBA3_JIT_LINEINFO"); v && std::string(v) == "1") {
+    options.push_back("-lineinfo");
+  }
   return options;
 }
 
