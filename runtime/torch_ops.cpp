@@ -224,8 +224,6 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     p.init_v = ptr<const m3_bf16>(st[3]);
     if (!forward_only) {
       for (const auto& t : st) state_grads.push_back(at::empty_like(t));
-    }
-    if (!forward_only) {
       p.d_init_angle = ptr<m3_bf16>(state_grads[0]);
       p.d_init_ssm = ptr<float>(state_grads[1]);
       p.d_init_k = ptr<float>(state_grads[2]);

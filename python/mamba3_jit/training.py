@@ -106,7 +106,6 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
     saved = ctx.saved_tensors
-    q, v, angles, cu_seqlens = saved[0], saved[2], saved[8], saved[11]
     cotangents = _kernel_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v))
     if all(c is None for c in cotangents):
         return (None,) * len(saved)
@@ -165,7 +164,6 @@ def _(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout, df
 def _backward_states(ctx, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
     saved = ctx.saved_tensors
     inputs, states = saved[:12], saved[12:]
-    q, v, angles, cu_seqlens = inputs[0], inputs[2], inputs[8], inputs[11]
     cotangents = _kernel_cotangents((dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v))
     if all(c is None for c in cotangents):
         return (None,) * len(saved)

@@ -31,13 +31,13 @@ def _with_autograd(fn, *args, **kwargs):
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def _zeros_for_none(args, case_like):
+def _zeros_for_none(args, cotangents):
     """The reference takes every cotangent; the kernels read a None one as zero."""
     q, v, angles, cu = args[0], args[2], args[8], args[11]
-    S, H, P, N, A = cu.shape[0] - 1, v.shape[2], v.shape[3], q.shape[3], angles.shape[3]
-    zeros = (torch.zeros_like(v), v.new_zeros(S, H, A), q.new_zeros(S, H, P, N, dtype=torch.float32),
-             q.new_zeros(S, H, N, dtype=torch.float32), v.new_zeros(S, H, P))
-    return [z if c is None else c for c, z in zip(case_like, zeros)]
+    fa, fs, fk, fv = training._state_shapes(v, q, angles, cu.shape[0] - 1)
+    zeros = (torch.zeros_like(v), v.new_zeros(fa), q.new_zeros(fs, dtype=torch.float32),
+             q.new_zeros(fk, dtype=torch.float32), v.new_zeros(fv))
+    return [z if c is None else c for c, z in zip(cotangents, zeros)]
 
 
 def _standin_fwd_vjp(*args):
