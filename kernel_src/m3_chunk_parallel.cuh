@@ -64,7 +64,17 @@ M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
     const long long t = atomicAdd(counter, 1);
     const long long q = t / p.H;
     int seq = -1, round = 0;
+#if M3_CP_TRIMS
+    // One load from the table m3_cp_angles wrote, instead of the schedule's dependent loads while
+    // 255 threads wait.
+    if (q < p.chunk_capacity) {
+      const int2 pair = *reinterpret_cast<const int2*>(p.ws_schedule + 2 * q);
+      seq = pair.x;
+      round = pair.y;
+    }
+#else
     if (!m3_schedule(p.cu_seqlens, p.S, C, q, seq, round)) seq = -1;
+#endif
     shared[0] = seq;
     shared[1] = round;
     shared[2] = static_cast<int>(t % p.H);
@@ -79,9 +89,29 @@ M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
 // Data before flag: every thread's writes are made visible device-wide, then one thread raises
 // the flag with release semantics.
 M3_DEV void publish(int* flag) {
+#if M3_CP_TRIMS
+  // The barrier orders every thread's writes before thread 0's release store, whose fence is
+  // cumulative (the pattern of a grid-wide barrier): one fence instead of 256.
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+#else
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+#endif
+}
+
+// The angle sum entering chunk `slot` into phi_carry. Under M3_CP_TRIMS by the last A threads
+// and without a barrier of its own: load_chunk's first barrier comes before its first use, and
+// the load travels with load_chunk's first loads.
+M3_DEV void load_phi_carry(const M3Params& p, Smem& s, long long slot) {
+#if M3_CP_TRIMS
+  const int i = static_cast<int>(threadIdx.x) - (NT - A);
+  if (i >= 0) s.phi_carry()[i] = p.ws_phi[slot * A + i];
+#else
+  if (threadIdx.x < A) s.phi_carry()[threadIdx.x] = p.ws_phi[slot * A + threadIdx.x];
+  __syncthreads();
+#endif
 }
 
 // Flag before data: one thread waits with acquire semantics; the barrier holds the others back.
@@ -167,6 +197,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     }
     p.final_angle[row * A + lane] = f2bf(chunks > 0 ? static_cast<float>(sum) : 0.f);
   }
+#if M3_CP_TRIMS
+  if (h == 0 && seq == 0) {
+    for (int q = threadIdx.x; q < p.chunk_capacity; q += NT) {
+      int s = -1, round = 0;
+      if (!m3_schedule(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
+      p.ws_schedule[2 * q] = s;
+      p.ws_schedule[2 * q + 1] = round;
+    }
+  }
+#endif
   if (sh.len == 0) {
     for (int e = threadIdx.x; e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
     for (int e = threadIdx.x; e < N; e += NT) p.final_k[row * N + e] = 0.f;
@@ -196,8 +236,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
   const long long slot = g * H + sh.h;
   const bool last = j == chunks - 1;
 
-  if (tid < A) s.phi_carry()[tid] = p.ws_phi[slot * A + tid];
-  __syncthreads();
+#if M3_CP_PREFETCH
+  // The entering state arrives only after the wait: its tile holds the raw rows until then.
+  prefetch_chunk(p, sh, s, s.st, a, len, p.dz != nullptr, nullptr);
+#endif
+  load_phi_carry(p, s, slot);
   forward_prepare(p, sh, s, a, len);
   StateTile upd;
   chunk_state_contribution(s, upd);
@@ -255,6 +298,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   const long long slot = g * H + sh.h;
   const bool last = j == chunks - 1;
 
+#if M3_CP_PREFETCH
+  // The state gradient arrives only after the wait: its tile holds the raw rows until then.
+  prefetch_chunk(p, sh, s, s.ds, a, len, true, j == 0 ? nullptr : p.ws_states + slot * P * N);
+#endif
   backward_prepare(p, sh, s, static_cast<int>(g), a, len, j == 0 ? nullptr : p.ws_states + slot * P * N);
   StateTile upd;
   state_grad_contribution(s, upd);
@@ -287,7 +334,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
     if (j > 0) out[r * N + c] = alpha * old + acc;
   });
 #endif
+#if M3_CP_TRIMS
+  const float da = alpha * block_sum_two_level<NT>(part, s.red);
+#else
   const float da = alpha * block_sum<NT>(part, s.red);
+#endif
   if (j > 0) publish(backward_flags(p) + slot);
 
   backward_intra(p, sh, s, a, len);

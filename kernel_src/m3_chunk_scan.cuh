@@ -32,6 +32,27 @@
 #if M3_INITIAL_STATES && !M3_PARALLEL_SCALARS
 #error "M3_INITIAL_STATES builds on M3_PARALLEL_SCALARS"
 #endif
+// M3_CP_TRIMS (v15): shorter serial latency chains per chunk, for the chunk-parallel kernels, whose
+// time is the latency of one chunk's ~25 barrier-separated phases at one CTA per SM: independent
+// warp reductions and scans interleaved, the decay row/column sums over all threads instead of
+// one warp's serial loop, the backward epilogue's unrotated q and k rebuilt from the rotated rows
+// instead of loaded again, and the next chunk's first trap and dt kept from the load.
+#ifndef M3_CP_TRIMS
+#define M3_CP_TRIMS 0
+#endif
+#if M3_CP_TRIMS && !(M3_STAGE_ALL && M3_VECTOR_IO && M3_PARALLEL_SCALARS)
+#error "M3_CP_TRIMS builds on M3_STAGE_ALL"
+#endif
+// M3_CP_PREFETCH (v17): every input tile of a chunk (q, k, v, z, dout, angles and, in the
+// backward, the state entering it) requested at the kernel's start with cp.async into an idle
+// tile, and waited for once, at load_chunk's first barrier: one memory round trip where the
+// staging phases took about five in sequence.
+#ifndef M3_CP_PREFETCH
+#define M3_CP_PREFETCH 0
+#endif
+#if M3_CP_PREFETCH && !M3_CP_TRIMS
+#error "M3_CP_PREFETCH builds on M3_CP_TRIMS"
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -162,6 +183,7 @@ struct Smem {
   float* dphi;
   float* vec;
   float* red;
+  const m3_bf16* raw;  // M3_CP_PREFETCH: the chunk's raw input rows (RawTiles); else nullptr
   M3_DEV float* vv(int which) { return vec + which * C; }
   M3_DEV float* phi_carry() { return vec + kVecCount * C; }
   M3_DEV float* big_phi_carry() { return vec + kVecCount * C + A; }
@@ -187,8 +209,10 @@ M3_DEV Smem carve_layout(float* base, const M3ScanLayout& l) {
   s.dphi = at(l.dphi);
   s.vec = at(l.vec);
   s.red = at(l.red);
+  s.raw = nullptr;
   return s;
 }
+
 
 M3_DEV Smem carve(float* base) { return carve_layout(base, L); }
 
@@ -227,12 +251,62 @@ M3_DEV SeqHead locate(const M3Params& p) {
   return sh;
 }
 
+#if M3_CP_PREFETCH
+// Where the raw bf16 rows of a chunk lie in the prefetch area, packed (row strides N, P and A).
+struct RawTiles {
+  static constexpr int kQ = 0, kK = C * N, kV = 2 * C * N, kZ = kV + C * P, kDout = kZ + C * P,
+                       kAngles = kDout + C * P, kTotal = kAngles + C * A;
+};
+static_assert(RawTiles::kTotal / 2 <= P * (N + M3_PAD), "the raw rows must fit in a state tile");
+
+M3_DEV void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+
+// `rows` rows of COLS bf16 (16-byte pieces) from `src` (rows `stride` elements apart) into packed
+// rows at `dst`; rows at or past `rows` are not requested (their consumers read zeros instead).
+template <int COLS>
+M3_DEV void prefetch_rows(m3_bf16* dst, const m3_bf16* src, long long stride, int rows) {
+  constexpr int OCT = COLS / 8;
+  for (int e = threadIdx.x; e < C * OCT; e += NT) {
+    const int r = e / OCT, o = e % OCT;
+    if (r < rows) cp_async16(dst + r * COLS + 8 * o, src + r * stride + 8 * o);
+  }
+}
+
+// Requests every input tile of chunk [a, a + len) into `area` (an idle tile of at least
+// RawTiles::kTotal bf16), and the P x N state at `state` (nullptr: none) straight into s.st.
+// dout is requested only with `want_dout` and where there is one.
+M3_DEV void prefetch_chunk(const M3Params& p, const SeqHead& sh, Smem& s, float* area, int a, int len,
+                           bool want_dout, const float* state) {
+  m3_bf16* raw = reinterpret_cast<m3_bf16*>(area);
+  const long long t0 = sh.start + a;
+  const long long H = p.H;
+  prefetch_rows<N>(raw + RawTiles::kQ, p.q + t0 * N, N, len);
+  prefetch_rows<N>(raw + RawTiles::kK, p.k + t0 * N, N, len);
+  prefetch_rows<P>(raw + RawTiles::kV, p.v + (t0 * H + sh.h) * P, H * P, len);
+  prefetch_rows<A>(raw + RawTiles::kAngles, p.angles + (t0 * H + sh.h) * A, H * A, len);
+  prefetch_rows<P>(raw + RawTiles::kZ, p.z + (t0 * H + sh.h) * P, H * P, len);
+  if (want_dout && p.dout) prefetch_rows<P>(raw + RawTiles::kDout, p.dout + (t0 * H + sh.h) * P, H * P, len);
+  if (state) {
+    constexpr int QUADS = P * N / 4;
+    for (int e = threadIdx.x; e < QUADS; e += NT) {
+      cp_async16(s.st + (4 * e / N) * LDN + (4 * e % N), state + 4 * e);
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  s.raw = raw;
+}
+#endif
+
 // Loads one chunk and rebuilds everything per token that both walks need: the decays, the
 // trapezoid weights, the angles and the rotated, biased q and k rows of this head.
 M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
   const int tid = threadIdx.x;
   const int H = p.H;
   const int T = p.T;
+  (void)H;  // every use may come from the prefetch (M3_CP_PREFETCH)
   if (tid < C) {
     const int t = tid;
     float adt = 0.f, dt = 0.f, pt = 0.f, gam = 0.f;
@@ -242,7 +316,18 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       dt = p.dt[sh.h * T + tg];
       pt = sigmoidf(bf2f(p.trap[sh.h * T + tg]));
       if (a + t + 1 < sh.len) {
+#if M3_CP_TRIMS
+        // The backward's tail needs the next chunk's first trap and dt again.
+        const float dt_next = p.dt[sh.h * T + tg + 1];
+        const float p_next = sigmoidf(bf2f(p.trap[sh.h * T + tg + 1]));
+        gam = dt_next * (1.f - p_next);
+        if (t == len - 1) {
+          s.scalars()[kScalarPNext] = p_next;
+          s.scalars()[kScalarDtNext] = dt_next;
+        }
+#else
         gam = p.dt[sh.h * T + tg + 1] * (1.f - sigmoidf(bf2f(p.trap[sh.h * T + tg + 1])));
+#endif
       }
     }
     s.vv(kVecDt)[t] = dt;
@@ -251,6 +336,9 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     s.vv(kVecSc)[t] = dt * pt + gam;
     s.vv(kVecCl)[t] = adt;
   }
+#if M3_CP_PREFETCH
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
   __syncthreads();
   // Chunk-local cumsum of adt: decays are differences of it, so keeping it local keeps them exact.
   if (tid < 32) {
@@ -273,8 +361,12 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int e = tid + it * NT, t = e / A, i = e % A;
+#if M3_CP_PREFETCH
+      raw[it] = t < len ? s.raw[RawTiles::kAngles + t * A + i] : static_cast<m3_bf16>(0);
+#else
       raw[it] = t < len ? p.angles[(static_cast<long long>(sh.start + a + t) * H + sh.h) * A + i]
                         : static_cast<m3_bf16>(0);
+#endif
     }
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
@@ -297,6 +389,29 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
   }
 #endif
   __syncthreads();
+#if M3_CP_TRIMS
+  {
+    // A warp's A / NW angle indices scanned together.
+    constexpr int K = A / NW;
+    static_assert(K * NW == A, "angle indices must split evenly over the warps");
+    float carry[K], x[K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) carry[u] = s.phi_carry()[warp + u * NW];
+#pragma unroll
+    for (int base = 0; base < C; base += 32) {
+      const int t = base + lane;
+#pragma unroll
+      for (int u = 0; u < K; ++u) x[u] = s.phi[t * A + warp + u * NW];
+      warp_inclusive_scan_n<K>(x);
+#pragma unroll
+      for (int u = 0; u < K; ++u) {
+        x[u] += carry[u];
+        carry[u] = __shfl_sync(0xffffffffu, x[u], 31);
+        s.phi[t * A + warp + u * NW] = (t < len) ? x[u] : 0.f;
+      }
+    }
+  }
+#else
   for (int i = warp; i < A; i += NW) {
     float carry = s.phi_carry()[i];
 #pragma unroll
@@ -307,6 +422,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       s.phi[t * A + i] = (t < len) ? x : 0.f;
     }
   }
+#endif
 #else
   // Angle sums: one thread per angle index, sequential over the chunk's tokens, in fp32.
   if (tid >= 32 && tid < 32 + A) {
@@ -342,12 +458,21 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     for (int ps = 0; ps < PASSES; ++ps) {
       const int t = ps * ROWS + r0;
       const long long tg = sh.start + a + t;
+#if M3_CP_PREFETCH
+      (void)tg;
+      qv[ps] = t < len ? ldg16(s.raw + RawTiles::kQ + t * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+      kv[ps] = t < len ? ldg16(s.raw + RawTiles::kK + t * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+#else
       qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
       kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+#endif
     }
     float qb[8], kb[8];
     load_f32x8(p.q_bias + sh.h * N + 8 * o, qb);
     load_f32x8(p.k_bias + sh.h * N + 8 * o, kb);
+#if M3_CP_TRIMS
+    float raws[PASSES];
+#endif
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       const int t = ps * ROWS + r0;
@@ -377,13 +502,31 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       }
       store_f32x8(s.qr + t * LDN + 8 * o, qh);
       store_f32x8(s.kr + t * LDN + 8 * o, kh);
+#if M3_CP_TRIMS
+      raws[ps] = raw;
+    }
+#pragma unroll
+    for (int off = OCT / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int ps = 0; ps < PASSES; ++ps) raws[ps] += __shfl_xor_sync(0xffffffffu, raws[ps], off);
+    }
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      if (o == 0) s.vv(kVecQkRaw)[ps * ROWS + r0] = raws[ps];
+    }
+#else
 #pragma unroll
       for (int off = OCT / 2; off > 0; off >>= 1) raw += __shfl_xor_sync(0xffffffffu, raw, off);
       if (o == 0) s.vv(kVecQkRaw)[t] = raw;
     }
+#endif
   }
+#if M3_CP_PREFETCH
+  stage_bf16_rows<C, P>(s.raw + RawTiles::kV, nullptr, P, len, s.v, LDP, [](float x, float) { return x; });
+#else
   stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
                         static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+#endif
 #else
   // q/k rows: a warp per token, a lane per rotary pair.
 #if !M3_PARALLEL_SCALARS
@@ -461,6 +604,13 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
   // P, so that a forward-only layout can give t1 just C x P); build_mixing's closing barrier
   // publishes them.
   {
+#if M3_CP_PREFETCH
+    stage_bf16_rows<C, P>(s.raw + RawTiles::kZ, nullptr, P, len, s.dy, LDP, [](float x, float) { return x; });
+    if (p.dz) {
+      stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, nullptr, P, p.dout ? len : 0, s.t1, LDP,
+                            [](float x, float) { return x; });
+    }
+#else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
                           [](float x, float) { return x; });
@@ -469,6 +619,7 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
       stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, nullptr, static_cast<long long>(H) * P,
                             p.dout ? len : 0, s.t1, LDP, [](float x, float) { return x; });
     }
+#endif
   }
 #endif
   build_mixing(s, len);
@@ -569,6 +720,41 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
   const int H = p.H;
   const int T = p.T;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+#if M3_CP_TRIMS
+  {
+    // A warp's A / NW angle indices, their suffix sums interleaved.
+    constexpr int K = A / NW;
+    static_assert(K * NW == A, "angle indices must split evenly over the warps");
+    float carry[K], x[K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) carry[u] = s.big_phi_carry()[warp + u * NW];
+#pragma unroll
+    for (int base = C - 32; base >= 0; base -= 32) {
+      const int t = base + lane;
+#pragma unroll
+      for (int u = 0; u < K; ++u) {
+        const int i = warp + u * NW;
+        x[u] = 0.f;
+        if (t < len) {
+          x[u] = s.dphi[t * A + i];
+          if (a + t == sh.len - 1 && p.dfinal_angle) x[u] += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
+        }
+        x[u] = __shfl_sync(0xffffffffu, x[u], 31 - lane);
+      }
+      warp_inclusive_scan_n<K>(x);
+#pragma unroll
+      for (int u = 0; u < K; ++u) {
+        const float suffix = __shfl_sync(0xffffffffu, x[u], 31 - lane) + carry[u];
+        carry[u] = __shfl_sync(0xffffffffu, suffix, 0);
+        s.dphi[t * A + warp + u * NW] = suffix;
+      }
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int u = 0; u < K; ++u) s.big_phi_carry()[warp + u * NW] = carry[u];
+    }
+  }
+#else
   for (int i = warp; i < A; i += NW) {
     float carry = s.big_phi_carry()[i];
 #pragma unroll
@@ -585,6 +771,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
     }
     if (lane == 0) s.big_phi_carry()[i] = carry;
   }
+#endif
   __syncthreads();
   const float* dtv = s.vv(kVecDt);
   for (int e = tid; e < len * A; e += NT) {
@@ -594,12 +781,31 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
     p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
         f2bf(s.dphi[e] * dtv[t] * kM3Pi * (1.f - tnh * tnh));
   }
+#if M3_CP_TRIMS
+  {
+    constexpr int K = C / NW;
+    static_assert(K * NW == C && A <= 32, "a lane per angle index, tokens split evenly over the warps");
+    float ang[K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      const int t = warp + u * NW;
+      ang[u] = (t < len && lane < A) ? s.dphi[t * A + lane] * s.th[t * A + lane] : 0.f;
+    }
+    warp_sum_n<K>(ang);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      const int t = warp + u * NW;
+      if (lane == 0 && t < len) s.vv(kVecAng)[t] = ang[u];
+    }
+  }
+#else
   for (int t = warp; t < len; t += NW) {
     float ang = 0.f;
     for (int i = lane; i < A; i += 32) ang = fmaf(s.dphi[t * A + i], s.th[t * A + i], ang);
     ang = warp_sum(ang);
     if (lane == 0) s.vv(kVecAng)[t] = ang;
   }
+#endif
   if (tid < C) {
     const int t = tid;
     s.vv(kVecDgam)[t] = (t < len) ? -s.vv(kVecDyv)[t] * s.vv(kVecQkRaw)[t] + s.vv(kVecDsc)[t] : 0.f;
@@ -620,14 +826,29 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
         sum_dyv += s.vv(kVecDyv)[t];
       }
     }
+#if M3_CP_TRIMS
+    {
+      float sums[3] = {sum_x, sum_u, sum_dyv};
+      warp_sum_n<3>(sums);
+      sum_x = sums[0];
+      sum_u = sums[1];
+      bc.dd_sum += sums[2];
+    }
+#else
     sum_x = warp_sum(sum_x);
     sum_u = warp_sum(sum_u);
     bc.dd_sum += warp_sum(sum_dyv);
+#endif
     // The first token of the chunk after this one still waits for dgam of our last token.
     if (!last_chunk && lane == 0) {
       const int tg = sh.start + a + len;
+#if M3_CP_TRIMS
+      const float pn = s.scalars()[kScalarPNext];
+      const float dtn = s.scalars()[kScalarDtNext];
+#else
       const float pn = sigmoidf(bf2f(p.trap[sh.h * T + tg]));
       const float dtn = p.dt[sh.h * T + tg];
+#endif
       const float dgl = dgam[len - 1];
       p.ddt[sh.h * T + tg] = bc.ddt_first + dgl * (1.f - pn);
       p.dtrap[sh.h * T + tg] = f2bf((bc.dp_first - dgl * dtn) * pn * (1.f - pn));
@@ -684,13 +905,29 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
                              const float* saved) {
   const int H = p.H;
   const int tid = threadIdx.x;
+#if M3_CP_TRIMS
+  // By the last A threads, with no barrier of its own: load_chunk's first barrier precedes the
+  // first use, and the load travels with load_chunk's first loads.
+  if (tid >= NT - A) {
+    s.phi_carry()[tid - (NT - A)] = p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + tid - (NT - A)];
+  }
+#else
   if (tid < A) {
     s.phi_carry()[tid] = p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + tid];
   }
   __syncthreads();
+#endif
   load_chunk(p, sh, s, a, len);
   {
-#if M3_VECTOR_IO
+#if M3_CP_PREFETCH
+    // The state (when there is one) came with the prefetch.
+    if (!saved) {
+      for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
+    }
+    stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, s.raw + RawTiles::kZ, P, p.dout ? len : 0, s.dy, LDP,
+                          [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+  }
+#elif M3_VECTOR_IO
     if (saved) {
       stage_state(saved, s.st);
     } else {
@@ -746,6 +983,29 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   }
   __syncthreads();
   // dc from the intra-chunk decays: row sums minus column sums of G = dM * M.
+#if M3_CP_TRIMS
+  {
+    // G = NT / C threads per token, each over every G-th term, then a butterfly over the G lanes.
+    constexpr int G = NT / C;
+    static_assert(G * C == NT && (G & (G - 1)) == 0 && G <= 32, "threads per token must be a power of two");
+    const int t = tid / G, part = tid % G;
+    float rg = 0.f, cg = 0.f;
+#pragma unroll
+    for (int u = part; u < C; u += G) {
+      rg = fmaf(s.x[t * LDC + u], s.m[t * LDC + u], rg);
+      cg = fmaf(s.x[u * LDC + t], s.m[u * LDC + t], cg);
+    }
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) {
+      rg += __shfl_xor_sync(0xffffffffu, rg, o);
+      cg += __shfl_xor_sync(0xffffffffu, cg, o);
+    }
+    if (part == 0) {
+      s.vv(kVecRowG)[t] = rg;
+      s.vv(kVecColG)[t] = cg;
+    }
+  }
+#else
   if (tid < C) {
     float rg = 0.f, cg = 0.f;
     for (int u = 0; u < C; ++u) {
@@ -755,6 +1015,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     s.vv(kVecRowG)[tid] = rg;
     s.vv(kVecColG)[tid] = cg;
   }
+#endif
   __syncthreads();
   for (int el = tid; el < C * C; el += NT) {
     const int r = el / C, c = el % C;
@@ -779,6 +1040,34 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     });
   }
   __syncthreads();
+#if M3_CP_TRIMS
+  {
+    // A warp's C / NW tokens, both sums of each, reduced together.
+    constexpr int K = C / NW;
+    static_assert(K * NW == C, "tokens must split evenly over the warps");
+    float sums[2 * K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      const int t = warp + u * NW;
+      float xs = 0.f, dyv = 0.f;
+#pragma unroll
+      for (int c = lane; c < P; c += 32) {
+        xs = fmaf(s.v[t * LDP + c], s.t1[t * LDN + c], xs);
+        dyv = fmaf(s.dy[t * LDP + c], s.v[t * LDP + c], dyv);
+      }
+      sums[2 * u] = xs;
+      sums[2 * u + 1] = dyv;
+    }
+    warp_sum_n<2 * K>(sums);
+    if (lane == 0) {
+#pragma unroll
+      for (int u = 0; u < K; ++u) {
+        s.vv(kVecXs)[warp + u * NW] = sums[2 * u];
+        s.vv(kVecDyv)[warp + u * NW] = sums[2 * u + 1];
+      }
+    }
+  }
+#else
   for (int t = warp; t < C; t += NW) {
     float xs = 0.f, dyv = 0.f;
     for (int c = lane; c < P; c += 32) {
@@ -792,6 +1081,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       s.vv(kVecDyv)[t] = dyv;
     }
   }
+#endif
   __syncthreads();
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
@@ -807,12 +1097,32 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     });
   }
   __syncthreads();
+#if M3_CP_TRIMS
+  {
+    constexpr int K = C / NW;
+    float us[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int t = warp + k * NW;
+      float u = 0.f;
+#pragma unroll
+      for (int c = lane; c < N; c += 32) u = fmaf(s.qr[t * LDN + c], s.t2[t * LDN + c], u);
+      us[k] = u;
+    }
+    warp_sum_n<K>(us);
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) s.vv(kVecU)[warp + k * NW] = us[k];
+    }
+  }
+#else
   for (int t = warp; t < C; t += NW) {
     float u = 0.f;
     for (int c = lane; c < N; c += 32) u = fmaf(s.qr[t * LDN + c], s.t2[t * LDN + c], u);
     u = warp_sum(u);
     if (lane == 0) s.vv(kVecU)[t] = u;
   }
+#endif
   __syncthreads();
   // dks into t2.
   {
@@ -851,6 +1161,10 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
   {
     constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS;
     const int o = tid % OCT, r0 = tid / OCT;
+#if M3_CP_TRIMS
+    // q + bias and k + bias are the rotated rows turned back (below): no second load of q and k.
+    float dscs[PASSES];
+#else
     uint4 qv[PASSES], kv[PASSES];
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
@@ -862,6 +1176,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
     float qbias[8], kbias[8];
     load_f32x8(p.q_bias + sh.h * N + 8 * o, qbias);
     load_f32x8(p.k_bias + sh.h * N + 8 * o, kbias);
+#endif
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       const int t = ps * ROWS + r0;
@@ -876,8 +1191,16 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         load_f32x8(s.t2 + t * LDN + 8 * o, dks);
         load_f32x8(s.kr + t * LDN + 8 * o, kr);
         load_f32x8(s.qr + t * LDN + 8 * o, qr);
+#if M3_CP_TRIMS
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          qh[j] = qr[j];
+          kh[j] = kr[j];
+        }
+#else
         unpack_bf16x8(qv[ps], qh);
         unpack_bf16x8(kv[ps], kh);
+#endif
         float dfk[8];
         {
           const bool last_token = a + t == sh.len - 1 && p.dfinal_k;
@@ -891,8 +1214,10 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         for (int j = 0; j < 8; ++j) {
           dsc = fmaf(dks[j], kr[j], dsc);
           dkr[j] = sc[t] * dks[j] + dfk[j];
+#if !M3_CP_TRIMS
           qh[j] += qbias[j];
           kh[j] += kbias[j];
+#endif
         }
         float uq[8], uk[8];
 #pragma unroll
@@ -907,6 +1232,12 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
             uq[n1] = -dqr[n0] * sn + dqr[n1] * cs;
             uk[n0] = dkr[n0] * cs + dkr[n1] * sn;
             uk[n1] = -dkr[n0] * sn + dkr[n1] * cs;
+#if M3_CP_TRIMS
+            qh[n0] = qr[n0] * cs + qr[n1] * sn;
+            qh[n1] = -qr[n0] * sn + qr[n1] * cs;
+            kh[n0] = kr[n0] * cs + kr[n1] * sn;
+            kh[n1] = -kr[n0] * sn + kr[n1] * cs;
+#endif
           }
         }
         float dqh[8], dkh[8];
@@ -921,10 +1252,24 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         store_f32x8(p.ws_dqh + base, dqh);
         store_f32x8(p.ws_dkh + base, dkh);
       }
+#if M3_CP_TRIMS
+      dscs[ps] = dsc;
+    }
+#pragma unroll
+    for (int off = OCT / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int ps = 0; ps < PASSES; ++ps) dscs[ps] += __shfl_xor_sync(0xffffffffu, dscs[ps], off);
+    }
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      if (ps * ROWS + r0 < len && o == 0) s.vv(kVecDsc)[ps * ROWS + r0] = dscs[ps];
+    }
+#else
 #pragma unroll
       for (int off = OCT / 2; off > 0; off >>= 1) dsc += __shfl_xor_sync(0xffffffffu, dsc, off);
       if (live && o == 0) s.vv(kVecDsc)[t] = dsc;
     }
+#endif
   }
 #else
   // Per-token epilogue: a warp per token, a lane per rotary pair.

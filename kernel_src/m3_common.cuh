@@ -75,6 +75,48 @@ M3_DEV float block_sum(float x, float* red) {
   return total;
 }
 
+// K independent warp reductions and scans, one shuffle step of all K before the next: a warp's
+// reductions are chains of dependent shuffles, and interleaving K of them hides K - 1 of every
+// step's latencies. Same butterfly and scan order per value as warp_sum / warp_inclusive_scan.
+template <int K>
+M3_DEV void warp_sum_n(float (&x)[K]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int u = 0; u < K; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], o);
+  }
+}
+
+template <int K>
+M3_DEV void warp_inclusive_scan_n(float (&x)[K]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    float y[K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) y[u] = __shfl_up_sync(0xffffffffu, x[u], o);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      if (lane >= o) x[u] += y[u];
+    }
+  }
+}
+
+// Two levels instead of block_sum's tree: warp sums, then every thread adds the NT / 32 warp
+// totals in warp order. Two barriers instead of log2(NT) + 2; the order is fixed, so the total is
+// bitwise repeatable. Ends with a barrier, so `red` may be reused right after.
+template <int NT>
+M3_DEV float block_sum_two_level(float x, float* red) {
+  x = warp_sum(x);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < NT / 32; ++w) total += red[w];
+  __syncthreads();
+  return total;
+}
+
 // C[M][NC] accumulated in registers: each thread owns TM rows x TN columns, strided so that
 // consecutive threads read consecutive columns (conflict-free on padded rows) and the rows of
 // a warp are broadcasts.

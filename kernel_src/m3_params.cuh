@@ -67,6 +67,9 @@ struct M3Params {
   // 1: run the forward walk only (output and final states; the gradients, dz included, and the
   // workspace's dq/dk partials are neither computed nor touched).
   int forward_only;
+  // [chunk capacity][2]: the (sequence, round) pair of every ticket's chunk, -1 past the last;
+  // written by m3_cp_angles for the variants built with M3_CP_TRIMS, else unused.
+  int* ws_schedule;
 };
 
 // Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both
@@ -80,6 +83,9 @@ enum M3ScanVec {
   kVecCl, kVecE, kVecWb, kVecSc, kVecGam, kVecP, kVecDt, kVecQkRaw, kVecRowG, kVecColG,
   kVecU, kVecXs, kVecDyv, kVecDsc, kVecAng, kVecDgam, kVecCount
 };
+
+// Single floats after the vectors (16 slots).
+enum M3ScanScalar { kScalarPNext, kScalarDtNext };
 
 // Hands out the next `n` floats of a layout being built.
 static constexpr int m3_take(int& offset, int n) {

@@ -17,7 +17,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v7", 32, 256}, OpConfig{"v8", 32, 256},
                                                 OpConfig{"v9", 32, 256}, OpConfig{"v10", 32, 256},
                                                 OpConfig{"v11", 32, 256}, OpConfig{"v12", 32, 256},
-                                                OpConfig{"v13", 32, 256}, OpConfig{"v14", 32, 256}};
+                                                OpConfig{"v13", 32, 256}, OpConfig{"v14", 32, 256},
+                                                OpConfig{"v15", 32, 256}, OpConfig{"v16", 32, 256},
+                                                OpConfig{"v17", 32, 256}, OpConfig{"v18", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -29,7 +31,8 @@ struct Dispatch {
   const char* short_kernels;
   const char* long_kernels;
 };
-const Dispatch kDispatch[] = {{"v9", "v7", "v8"}, {"v12", "v11", "v8"}, {"v14", "v13", "v8"}};
+const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
+                              {"v16", "v15", "v8"}, {"v18", "v17", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -113,8 +116,11 @@ int seq_bucket(long long num_seqs) {
 // global memory (kernel_src/m3_chunk_parallel.cuh); v11: v10 with the forward kernel on a layout
 // of its own (107 KB) and at most 128 registers, two CTAs per SM; v13: v11 with the rotary sin
 // and cos from the hardware approximations after an explicit range reduction, and the states
-// handed between chunks stored two columns at a time. v9, v12 and v14 have no kernels of their
-// own (kDispatch).
+// handed between chunks stored two columns at a time; v15: v13 with shorter serial latency chains
+// per chunk (M3_CP_TRIMS: the ticket's schedule from a table, one fence per publish, interleaved
+// warp reductions and scans, no second load of q and k); v17: v15 with every input tile of a chunk
+// requested at once by cp.async (M3_CP_PREFETCH). v9, v12, v14, v16 and v18 have no kernels of
+// their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -128,19 +134,31 @@ struct VariantTraits {
   bool lean_forward;
   bool fast_sincos;
   bool paired_state_stores;
+  bool latency_trims;
+  bool prefetch;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false};
-  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
-  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
-  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  return {true, 4, true, true, true, false, true, true, false, false, false, false};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false};
+  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false};
+  if (c.variant == "v15") {
+    VariantTraits t = traits(OpConfig{"v13", c.chunk, c.threads});
+    t.latency_trims = true;
+    return t;
+  }
+  if (c.variant == "v17") {
+    VariantTraits t = traits(OpConfig{"v15", c.chunk, c.threads});
+    t.prefetch = true;
+    return t;
+  }
+  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -189,6 +207,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   // Only where set, so that the earlier variants keep their options, and with them their keys.
   if (tr.fast_sincos) src.options.push_back("-DM3_FAST_SINCOS=1");
   if (tr.paired_state_stores) src.options.push_back("-DM3_PAIRED_STATE_STORES=1");
+  if (tr.latency_trims) src.options.push_back("-DM3_CP_TRIMS=1");
+  if (tr.prefetch) src.options.push_back("-DM3_CP_PREFETCH=1");
   src.arch = arch;
   return src;
 }

@@ -159,9 +159,10 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const int64_t n_dstates = chunk_parallel && !forward_only ? n_states : 0;
   const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
   const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H : 0;  // ints, carved as floats
+  const int64_t n_schedule = chunk_parallel ? 2 * total_chunks : 0;      // ints, rewritten every call
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
   at::Tensor ws = at::empty({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
-                             align(n_dstates) + align(n_tail) + align(n_sync)},
+                             align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule)},
                             f32);
   float* ws_next = ws.data_ptr<float>();
   const auto carve = [&](int64_t n) {
@@ -213,6 +214,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.ws_tail = carve(n_tail);
   float* sync_words = carve(n_sync);
   p.ws_sync = reinterpret_cast<int*>(sync_words);
+  p.ws_schedule = reinterpret_cast<int*>(carve(n_schedule));
   p.chunk_capacity = static_cast<int>(total_chunks);
   p.partial_rows = static_cast<int>(partial_rows);
   std::vector<at::Tensor> state_grads;
