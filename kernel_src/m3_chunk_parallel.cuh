@@ -82,7 +82,9 @@ M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
   }
   __syncthreads();
   Job job{shared[0], shared[1], shared[2], shared[3]};
-  __syncthreads();
+#if !M3_CP_TRIMS2
+  __syncthreads();  // (nothing writes `shared` again: each CTA takes one ticket)
+#endif
   return job;
 }
 
@@ -334,7 +336,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
     if (j > 0) out[r * N + c] = alpha * old + acc;
   });
 #endif
-#if M3_CP_TRIMS
+#if M3_CP_TRIMS2
+  // The warp totals wait in red[kDaWords, kDaWords + NW), clear of the tail carries; the tail adds
+  // them up after barriers enough.
+  constexpr int kDaWords = 64;
+  static_assert(kDaWords >= kTailWords && kDaWords + NW <= NT, "red holds the carries and the da words");
+  part = warp_sum(part);
+  if ((tid & 31) == 0) s.red[kDaWords + (tid >> 5)] = part;
+#elif M3_CP_TRIMS
   const float da = alpha * block_sum_two_level<NT>(part, s.red);
 #else
   const float da = alpha * block_sum<NT>(part, s.red);
@@ -346,6 +355,56 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   backward_token_epilogue(p, sh, s, a, len, qb, kb);
 
   // The reverse-cumsum carries and the one-token shift terms of the chunk after this one.
+#if M3_CP_TRIMS2
+  // Read by warp 0 alone: lane 0 waits for the flag, the warp barrier orders the lanes' reads
+  // after it; the angle carries go to shared memory for every warp, the rest stays in warp 0.
+  static_assert(A == 32, "a lane per angle carry");
+  BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
+  if (tid < 32) {
+    float phi_carry = 0.f, extra = 0.f;
+    if (!last) {
+      if (tid == 0) {
+        const int* flag = tail_flags(p) + slot + H;
+        int ready = 0;
+        for (;;) {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
+          if (ready) break;
+          __nanosleep(64);
+        }
+      }
+      __syncwarp();
+      const float* rec = p.ws_tail + (slot + H) * kTailWords;
+      phi_carry = __ldcg(rec + tid);
+      extra = tid < 4 ? __ldcg(rec + A + tid) : 0.f;
+    }
+    s.big_phi_carry()[tid] = phi_carry;
+    bc.dadt_run = __shfl_sync(0xffffffffu, extra, 0);
+    bc.dc_pending = __shfl_sync(0xffffffffu, extra, 1);
+    bc.ddt_first = __shfl_sync(0xffffffffu, extra, 2);
+    bc.dp_first = __shfl_sync(0xffffffffu, extra, 3);
+  }
+  __syncthreads();
+  float da_sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];
+  const float da = alpha * da_sum;
+  backward_token_scalars_parallel(p, sh, s, a, len, last, da, 0.f, bc);
+  if (j > 0 && tid < 32) {
+    // Warp 0's writes, ordered by the warp barrier before lane 0's release.
+    float* rec = p.ws_tail + slot * kTailWords;
+    rec[tid] = s.big_phi_carry()[tid];
+    if (tid == 0) {
+      rec[A] = bc.dadt_run;
+      rec[A + 1] = bc.dc_pending;
+      rec[A + 2] = bc.ddt_first;
+      rec[A + 3] = bc.dp_first;
+    }
+    __syncwarp();
+    if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(tail_flags(p) + slot), "r"(1) : "memory");
+  }
+  // bc.dd_sum is this chunk's share of dd; thread 0, the only one to use it, holds it.
+  write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
+#else
   float* carries = s.red;  // free between block sums; holds A + 4 words
   if (last) {
     if (tid < kTailWords) carries[tid] = 0.f;
@@ -374,4 +433,5 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   if (tid == 0) dd_share = bc.dd_sum;
   __syncthreads();
   write_bias_partials(p, s, slot, qb, kb, dd_share);
+#endif
 }

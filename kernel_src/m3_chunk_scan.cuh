@@ -53,6 +53,27 @@
 #if M3_CP_PREFETCH && !M3_CP_TRIMS
 #error "M3_CP_PREFETCH builds on M3_CP_TRIMS"
 #endif
+// M3_CP_FRAG_SUMS (v19): the per-token sums of the backward's intra-chunk part (the decay row and
+// column sums of dM * M, x = v . (state part), dy . v and u = qr . (inter part)) taken from the
+// tensor-core accumulators as each product completes, as per-warp partials, instead of in three
+// phases of their own that read the products back from shared memory: three barriers fewer.
+#ifndef M3_CP_FRAG_SUMS
+#define M3_CP_FRAG_SUMS 0
+#endif
+#if M3_CP_FRAG_SUMS && !(M3_CP_TRIMS && M3_USE_MMA)
+#error "M3_CP_FRAG_SUMS builds on M3_CP_TRIMS and the tensor-core tiles"
+#endif
+// M3_CP_TRIMS2 (v21): barriers that guard nothing in the chunk-parallel backward dropped: the
+// ticket's second one, the state-gradient block sum's two (its total is needed only in the tail),
+// two around the tail carries (warp 0 alone reads them), the closing one of the per-token tail and
+// the one that handed dd to thread 0, which already holds it; the tail record is published by
+// warp 0 alone.
+#ifndef M3_CP_TRIMS2
+#define M3_CP_TRIMS2 0
+#endif
+#if M3_CP_TRIMS2 && !M3_CP_FRAG_SUMS
+#error "M3_CP_TRIMS2 builds on M3_CP_FRAG_SUMS"
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -894,7 +915,11 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
     bc.dp_first = __shfl_sync(0xffffffffu, dp_first, 0);
     bc.dc_pending = -da - sum_u;
   }
+#if !M3_CP_TRIMS2
+  // (Under M3_CP_TRIMS2 the caller's next barrier comes before anything overwrites what warp 0
+  // still reads here.)
   __syncthreads();
+#endif
 }
 #endif
 
@@ -963,6 +988,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   (void)T;
+  (void)warp;
+  (void)lane;
 
   const float* cl = s.vv(kVecCl);
   const float* e = s.vv(kVecE);
@@ -972,18 +999,44 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   const float* qkraw = s.vv(kVecQkRaw);
   const float dh = p.d[sh.h];
 
+#if M3_CP_FRAG_SUMS
+  // Per-warp partial sums, in the dphi tile (idle until the epilogue): four per token for the row
+  // sums (one per warp column), two for the column sums (one per warp row).
+  constexpr int kPartRowG = 0, kPartColG = 4 * C, kPartXs = 6 * C, kPartDyv = 10 * C, kPartU = 14 * C;
+  static_assert(kPartU + 4 * C <= C * A, "the partial sums must fit in the dphi tile");
+  float* part = s.dphi;
+  const auto sum4 = [&](int at, int t) {
+    return ((part[at + t] + part[at + C + t]) + part[at + 2 * C + t]) + part[at + 3 * C + t];
+  };
+#endif
   // dM[t][s] = dy[t] . v[s] on the causal part.
   {
     Tile<C, C, C / 16, C / 16> dm;
     dm.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                        [&](int k, int c) { return s.v[c * LDP + k]; });
+#if M3_CP_FRAG_SUMS
+    // dc from the intra-chunk decays: row sums minus column sums of G = dM * M; then dM is
+    // stored with its decay factor applied.
+    const auto g_of = [&](int r, int c, float acc) { return (c <= r && r < len) ? acc * s.m[r * LDC + c] : 0.f; };
+    dm.row_sums(part + kPartRowG, g_of);
+    dm.col_sums(part + kPartColG, g_of);
+    dm.for_each([&](int r, int c, float acc) {
+      s.x[r * LDC + c] = (c <= r && r < len) ? acc * expf(cl[r] - cl[c]) : 0.f;
+    });
+#else
     dm.for_each([&](int r, int c, float acc) {
       s.x[r * LDC + c] = (c <= r && r < len) ? acc : 0.f;
     });
+#endif
   }
   __syncthreads();
   // dc from the intra-chunk decays: row sums minus column sums of G = dM * M.
-#if M3_CP_TRIMS
+#if M3_CP_FRAG_SUMS
+  if (tid < C) {
+    s.vv(kVecRowG)[tid] = sum4(kPartRowG, tid);
+    s.vv(kVecColG)[tid] = part[kPartColG + tid] + part[kPartColG + C + tid];
+  }
+#elif M3_CP_TRIMS
   {
     // G = NT / C threads per token, each over every G-th term, then a butterfly over the G lanes.
     constexpr int G = NT / C;
@@ -1016,11 +1069,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     s.vv(kVecColG)[tid] = cg;
   }
 #endif
+#if !M3_CP_FRAG_SUMS
   __syncthreads();
   for (int el = tid; el < C * C; el += NT) {
     const int r = el / C, c = el % C;
     if (c <= r && r < len) s.x[r * LDC + c] *= expf(cl[r] - cl[c]);
   }
+#endif
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
   {
     Tile<C, P, C / 16, 4> stp, intra;
@@ -1030,7 +1085,9 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
                           [&](int k, int c) { return s.dy[k * LDP + c]; });
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
       const float sp = wb[r] * sc[r] * acc_state;
+#if !M3_CP_FRAG_SUMS
       s.t1[r * LDN + c] = sp;
+#endif
       if (r < len) {
         const int tg = sh.start + a + r;
         float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
@@ -1038,9 +1095,18 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
         p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
       }
     });
+#if M3_CP_FRAG_SUMS
+    stp.row_sums(part + kPartXs, [&](int r, int c, float acc) { return s.v[r * LDP + c] * (wb[r] * sc[r] * acc); });
+    stp.row_sums(part + kPartDyv, [&](int r, int c, float) { return s.dy[r * LDP + c] * s.v[r * LDP + c]; });
+#endif
   }
   __syncthreads();
-#if M3_CP_TRIMS
+#if M3_CP_FRAG_SUMS
+  if (tid < C) {
+    s.vv(kVecXs)[tid] = sum4(kPartXs, tid);
+    s.vv(kVecDyv)[tid] = sum4(kPartDyv, tid);
+  }
+#elif M3_CP_TRIMS
   {
     // A warp's C / NW tokens, both sums of each, reduced together.
     constexpr int K = C / NW;
@@ -1082,7 +1148,9 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     }
   }
 #endif
+#if !M3_CP_FRAG_SUMS
   __syncthreads();
+#endif
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
     Tile<C, N, C / 16, 8> inter, intra;
@@ -1092,12 +1160,19 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
                           [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
+#if !M3_CP_FRAG_SUMS
       s.t2[r * LDN + c] = ip;
+#endif
       s.t1[r * LDN + c] = ip + acc_intra;
     });
+#if M3_CP_FRAG_SUMS
+    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[r * LDN + c] * (e[r] * acc); });
+#endif
   }
   __syncthreads();
-#if M3_CP_TRIMS
+#if M3_CP_FRAG_SUMS
+  if (tid < C) s.vv(kVecU)[tid] = sum4(kPartU, tid);
+#elif M3_CP_TRIMS
   {
     constexpr int K = C / NW;
     float us[K];
@@ -1123,7 +1198,9 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     if (lane == 0) s.vv(kVecU)[t] = u;
   }
 #endif
+#if !M3_CP_FRAG_SUMS
   __syncthreads();
+#endif
   // dks into t2.
   {
     Tile<C, N, C / 16, 8> intra, stp;

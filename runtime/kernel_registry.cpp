@@ -19,7 +19,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v11", 32, 256}, OpConfig{"v12", 32, 256},
                                                 OpConfig{"v13", 32, 256}, OpConfig{"v14", 32, 256},
                                                 OpConfig{"v15", 32, 256}, OpConfig{"v16", 32, 256},
-                                                OpConfig{"v17", 32, 256}, OpConfig{"v18", 32, 256}};
+                                                OpConfig{"v17", 32, 256}, OpConfig{"v18", 32, 256},
+                                                OpConfig{"v19", 32, 256}, OpConfig{"v20", 32, 256},
+                                                OpConfig{"v21", 32, 256}, OpConfig{"v22", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -32,7 +34,8 @@ struct Dispatch {
   const char* long_kernels;
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
-                              {"v16", "v15", "v8"}, {"v18", "v17", "v8"}};
+                              {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
+                              {"v22", "v21", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -119,8 +122,10 @@ int seq_bucket(long long num_seqs) {
 // handed between chunks stored two columns at a time; v15: v13 with shorter serial latency chains
 // per chunk (M3_CP_TRIMS: the ticket's schedule from a table, one fence per publish, interleaved
 // warp reductions and scans, no second load of q and k); v17: v15 with every input tile of a chunk
-// requested at once by cp.async (M3_CP_PREFETCH). v9, v12, v14, v16 and v18 have no kernels of
-// their own (kDispatch).
+// requested at once by cp.async (M3_CP_PREFETCH); v19: v15 with the backward's per-token sums taken
+// from the tensor-core accumulators (M3_CP_FRAG_SUMS), three phases fewer; v21: v19 without the
+// backward's barriers that guard nothing (M3_CP_TRIMS2). v9, v12, v14, v16, v18, v20 and v22 have
+// no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -136,18 +141,20 @@ struct VariantTraits {
   bool paired_state_stores;
   bool latency_trims;
   bool prefetch;
+  bool frag_sums;
+  bool trims2;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false};
-  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false};
-  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false};
-  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false, false, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false, false, false};
+  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false, false, false};
   if (c.variant == "v15") {
     VariantTraits t = traits(OpConfig{"v13", c.chunk, c.threads});
     t.latency_trims = true;
@@ -158,7 +165,17 @@ VariantTraits traits(const OpConfig& c) {
     t.prefetch = true;
     return t;
   }
-  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false};
+  if (c.variant == "v19") {
+    VariantTraits t = traits(OpConfig{"v15", c.chunk, c.threads});
+    t.frag_sums = true;
+    return t;
+  }
+  if (c.variant == "v21") {
+    VariantTraits t = traits(OpConfig{"v19", c.chunk, c.threads});
+    t.trims2 = true;
+    return t;
+  }
+  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -209,6 +226,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.paired_state_stores) src.options.push_back("-DM3_PAIRED_STATE_STORES=1");
   if (tr.latency_trims) src.options.push_back("-DM3_CP_TRIMS=1");
   if (tr.prefetch) src.options.push_back("-DM3_CP_PREFETCH=1");
+  if (tr.frag_sums) src.options.push_back("-DM3_CP_FRAG_SUMS=1");
+  if (tr.trims2) src.options.push_back("-DM3_CP_TRIMS2=1");
   src.arch = arch;
   return src;
 }
