@@ -162,6 +162,34 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   static_assert(A == 32, "one lane per angle index");
   // Chunk totals of theta * dt, with the chunk code's own fp32 products, a warp per chunk; all of
   // a chunk's loads are issued before the first use, so each chunk costs one memory round trip.
+#if M3_CP_TRIMS2
+  // Two chunks per warp at a time: twice the loads in flight, half the round trips. That took 161
+  // registers, one CTA per SM and two waves of them on five sequences (run 25: 29.9 us against
+  // 21.6 on c01); from v23 on (M3_CP_GLOBAL_STATES) one chunk again.
+  constexpr int kBatch = M3_CP_GLOBAL_STATES ? 1 : 2;
+  for (int j0 = warp; j0 < chunks; j0 += kBatch * NW) {
+    m3_bf16 raw[kBatch][C];
+    float dts[kBatch][C];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int a = (j0 + b * NW) * C, len = min(C, sh.len - a);
+#pragma unroll
+      for (int t = 0; t < C; ++t) {
+        const int tg = sh.start + a + t;
+        raw[b][t] = t < len ? p.angles[(static_cast<long long>(tg) * H + h) * A + lane] : static_cast<m3_bf16>(0);
+        dts[b][t] = t < len ? p.dt[h * T + tg] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = j0 + b * NW;
+      float total = 0.f;
+#pragma unroll
+      for (int t = 0; t < C; ++t) total += (kM3Pi * tanhf(bf2f(raw[b][t]))) * dts[b][t];
+      if (j < chunks) p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
+    }
+  }
+#else
   for (int j = warp; j < chunks; j += NW) {
     const int a = j * C, len = min(C, sh.len - a);
     m3_bf16 raw[C];
@@ -177,7 +205,53 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     for (int t = 0; t < C; ++t) total += (kM3Pi * tanhf(bf2f(raw[t]))) * dts[t];
     p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
   }
+#endif
   __syncthreads();
+#if M3_CP_TRIMS2
+  {
+    // The sums entering the chunks by warp scans in double, 32 chunks per pass, the angle indices
+    // spread over the warps and scanned together: a pass costs one round trip where the walk
+    // below costs one per eight chunks. Each sum is wrapped once: in double the unwrapped sum
+    // (a few 10^4 rad at most) keeps far more bits than the fp32 result shows.
+    constexpr int K = A / NW;
+    static_assert(K * NW == A, "angle indices must split evenly over the warps");
+    const long long stride = static_cast<long long>(H) * A;
+    float* slots = p.ws_phi + (static_cast<long long>(sh.chunk_base) * H + h) * A;
+    double carry[K];
+#pragma unroll
+    for (int u = 0; u < K; ++u) carry[u] = 0.0;
+    for (int j0 = 0; j0 < chunks; j0 += 32) {
+      const int j = j0 + lane;
+      double x[K];
+#pragma unroll
+      for (int u = 0; u < K; ++u) x[u] = j < chunks ? static_cast<double>(slots[j * stride + warp + u * NW]) : 0.0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        double y[K];
+#pragma unroll
+        for (int u = 0; u < K; ++u) y[u] = __shfl_up_sync(0xffffffffu, x[u], o);
+#pragma unroll
+        for (int u = 0; u < K; ++u) {
+          if (lane >= o) x[u] += y[u];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < K; ++u) {
+        const double before = __shfl_up_sync(0xffffffffu, x[u], 1);
+        const double entering = carry[u] + (lane == 0 ? 0.0 : before);
+        if (j < chunks) slots[j * stride + warp + u * NW] = static_cast<float>(wrap_angle_double(entering));
+        carry[u] += __shfl_sync(0xffffffffu, x[u], 31);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      if (lane == 0) {
+        const float fin = static_cast<float>(wrap_angle_double(carry[u]));
+        p.final_angle[row * A + warp + u * NW] = f2bf(chunks > 0 ? fin : 0.f);
+      }
+    }
+  }
+#else
   if (warp == 0) {
     // Along the sequence in double, wrapped once per chunk: no fp32 drift however long it is.
     // Eight chunk totals are loaded before any of their slots is overwritten, so that the loads
@@ -199,6 +273,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     }
     p.final_angle[row * A + lane] = f2bf(chunks > 0 ? static_cast<float>(sum) : 0.f);
   }
+#endif
 #if M3_CP_TRIMS
   if (h == 0 && seq == 0) {
     for (int q = threadIdx.x; q < p.chunk_capacity; q += NT) {
@@ -276,7 +351,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
+// M3_CP_GLOBAL_STATES: 107 KB of shared memory, and at most 128 registers (which the kernel
+// needs without spilling): two CTAs per SM.
+extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2 : 1)
     m3_cp_backward(const M3Params p) {
   using namespace m3cp;
   extern __shared__ float4 smem_raw[];
@@ -309,6 +386,26 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   state_grad_contribution(s, upd);
 
   // The gradient of the state leaving the chunk, then at once that of the state entering it.
+#if M3_CP_GLOBAL_STATES
+  s.gst = j == 0 ? nullptr : p.ws_states + slot * P * N;
+  if (last) {
+    s.gds = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N : nullptr;
+  } else {
+    wait_for(backward_flags(p) + slot + H);
+    s.gds = p.ws_dstates + (slot + H) * P * N;
+  }
+  const float alpha = s.vv(kVecE)[len - 1];
+  float* out = p.ws_dstates + slot * P * N;
+  float part = 0.f;
+  upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
+    const float2 zero = make_float2(0.f, 0.f);
+    const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
+    const float2 st = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
+    part = fmaf(old.x, st.x, part);
+    part = fmaf(old.y, st.y, part);
+    if (j > 0) *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * old.x + acc0, alpha * old.y + acc1);
+  });
+#else
   if (last) {
     const float* dfs = p.dfinal_ssm;
     const long long row = static_cast<long long>(sh.seq) * H + sh.h;
@@ -336,6 +433,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
     if (j > 0) out[r * N + c] = alpha * old + acc;
   });
 #endif
+#endif  // M3_CP_GLOBAL_STATES
 #if M3_CP_TRIMS2
   // The warp totals wait in red[kDaWords, kDaWords + NW), clear of the tail carries; the tail adds
   // them up after barriers enough.

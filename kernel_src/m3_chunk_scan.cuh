@@ -67,12 +67,24 @@
 // ticket's second one, the state-gradient block sum's two (its total is needed only in the tail),
 // two around the tail carries (warp 0 alone reads them), the closing one of the per-token tail and
 // the one that handed dd to thread 0, which already holds it; the tail record is published by
-// warp 0 alone.
+// warp 0 alone. Also m3_cp_angles: two chunk totals per warp at a time, and the sums entering the
+// chunks by warp scans instead of warp 0's walk.
 #ifndef M3_CP_TRIMS2
 #define M3_CP_TRIMS2 0
 #endif
 #if M3_CP_TRIMS2 && !M3_CP_FRAG_SUMS
 #error "M3_CP_TRIMS2 builds on M3_CP_FRAG_SUMS"
+#endif
+// M3_CP_GLOBAL_STATES (v23): the backward keeps neither the entering state nor the state gradient
+// in shared memory: the three tile products that use them and the update read their operands
+// straight from global memory (the state from the forward's workspace, the gradient from L2, where
+// the next chunk just published it). 107 KB of shared memory and at most 128 registers: two CTAs
+// per SM instead of one, for a kernel whose warps mostly wait on their own latencies.
+#ifndef M3_CP_GLOBAL_STATES
+#define M3_CP_GLOBAL_STATES 0
+#endif
+#if M3_CP_GLOBAL_STATES && !(M3_CP_TRIMS2 && M3_PAIRED_STATE_STORES)
+#error "M3_CP_GLOBAL_STATES builds on M3_CP_TRIMS2 and M3_PAIRED_STATE_STORES"
 #endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
@@ -91,7 +103,7 @@ constexpr int LDN = N + M3_PAD;
 constexpr int LDP = P + M3_PAD;
 constexpr int LDC = C + M3_PAD;
 constexpr int NPAIR = N / 2;
-constexpr M3ScanLayout L = m3_scan_layout(C, N, P, A, NT, M3_PAD);
+constexpr M3ScanLayout L = m3_scan_backward_layout(C, N, P, A, NT, M3_PAD, M3_CP_GLOBAL_STATES);
 constexpr M3ScanLayout LF = m3_scan_forward_layout(C, N, P, A, NT, M3_PAD);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
@@ -205,6 +217,15 @@ struct Smem {
   float* vec;
   float* red;
   const m3_bf16* raw;  // M3_CP_PREFETCH: the chunk's raw input rows (RawTiles); else nullptr
+  // M3_CP_GLOBAL_STATES: the entering state and the gradient of the leaving one, P x N rows in
+  // global memory; nullptr is zero.
+  const float* gst;
+  const float* gds;
+#if M3_CP_GLOBAL_STATES
+  M3_DEV float st_at(int r, int c) const { return gst ? __ldg(gst + r * N + c) : 0.f; }
+  // Published by another CTA of this kernel: read from L2, never from a stale L1 line.
+  M3_DEV float ds_at(int r, int c) const { return gds ? __ldcg(gds + r * N + c) : 0.f; }
+#endif
   M3_DEV float* vv(int which) { return vec + which * C; }
   M3_DEV float* phi_carry() { return vec + kVecCount * C; }
   M3_DEV float* big_phi_carry() { return vec + kVecCount * C + A; }
@@ -231,6 +252,8 @@ M3_DEV Smem carve_layout(float* base, const M3ScanLayout& l) {
   s.vec = at(l.vec);
   s.red = at(l.red);
   s.raw = nullptr;
+  s.gst = nullptr;
+  s.gds = nullptr;
   return s;
 }
 
@@ -953,11 +976,15 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
                           [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
   }
 #elif M3_VECTOR_IO
+#if M3_CP_GLOBAL_STATES
+    (void)saved;  // read from global memory where it is used
+#else
     if (saved) {
       stage_state(saved, s.st);
     } else {
       for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
     }
+#endif
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,
                           p.dout ? len : 0, s.dy, LDP,
@@ -1079,8 +1106,12 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
   {
     Tile<C, P, C / 16, 4> stp, intra;
+#if M3_CP_GLOBAL_STATES
+    stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; }, [&](int k, int c) { return s.ds_at(c, k); });
+#else
     stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
                         [&](int k, int c) { return s.ds[c * LDN + k]; });
+#endif
     intra.template mac<C>([&](int r, int k) { return s.m[k * LDC + r]; },
                           [&](int k, int c) { return s.dy[k * LDP + c]; });
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
@@ -1154,8 +1185,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
     Tile<C, N, C / 16, 8> inter, intra;
+#if M3_CP_GLOBAL_STATES
+    inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+                                [&](int k, int c) { return s.st_at(k, c); });
+#else
     inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                           [&](int k, int c) { return s.st[k * LDN + c]; });
+#endif
     intra.template mac_exact<C>([&](int r, int k) { return s.x[r * LDC + k]; },
                           [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
@@ -1206,8 +1242,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     Tile<C, N, C / 16, 8> intra, stp;
     intra.template mac_exact<C>([&](int r, int k) { return s.x[k * LDC + r]; },
                           [&](int k, int c) { return s.qr[k * LDN + c]; });
+#if M3_CP_GLOBAL_STATES
+    stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+                              [&](int k, int c) { return s.ds_at(k, c); });
+#else
     stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
+#endif
     zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
       s.t2[r * LDN + c] = acc_intra + wb[r] * acc_state;
     });

@@ -96,16 +96,19 @@ static constexpr int m3_take(int& offset, int n) {
 
 // The chunk scan's shared memory, in floats. With `forward_only` (the forward kernel of the
 // chunk-parallel variants) the state-gradient, dM, dks and dphi tiles are left out (-1) and t1 is
-// only C x P: small enough for two CTAs per SM, about 110 KB at C = 32.
-static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only) {
+// only C x P: small enough for two CTAs per SM, about 110 KB at C = 32. With `global_states` (the
+// backward of variants that read the states from global memory, M3_CP_GLOBAL_STATES) neither state
+// tile is there: about 107 KB at C = 32, two CTAs per SM as well.
+static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only,
+                                        bool global_states = false) {
   M3ScanLayout l{};
   int o = 0;
   l.qr = m3_take(o, C * (N + pad));
   l.kr = m3_take(o, C * (N + pad));
   l.v = m3_take(o, C * (P + pad));
   l.dy = m3_take(o, C * (P + pad));
-  l.st = m3_take(o, P * (N + pad));
-  l.ds = forward_only ? -1 : m3_take(o, P * (N + pad));
+  l.st = global_states ? -1 : m3_take(o, P * (N + pad));
+  l.ds = forward_only || global_states ? -1 : m3_take(o, P * (N + pad));
   l.m = m3_take(o, C * (C + pad));
   l.x = forward_only ? -1 : m3_take(o, C * (C + pad));
   l.t1 = m3_take(o, C * ((forward_only ? P : N) + pad));
@@ -125,4 +128,9 @@ static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int thr
 
 static constexpr M3ScanLayout m3_scan_forward_layout(int C, int N, int P, int A, int threads, int pad) {
   return m3_layout(C, N, P, A, threads, pad, true);
+}
+
+static constexpr M3ScanLayout m3_scan_backward_layout(int C, int N, int P, int A, int threads, int pad,
+                                                      bool global_states) {
+  return m3_layout(C, N, P, A, threads, pad, false, global_states);
 }

@@ -21,7 +21,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v15", 32, 256}, OpConfig{"v16", 32, 256},
                                                 OpConfig{"v17", 32, 256}, OpConfig{"v18", 32, 256},
                                                 OpConfig{"v19", 32, 256}, OpConfig{"v20", 32, 256},
-                                                OpConfig{"v21", 32, 256}, OpConfig{"v22", 32, 256}};
+                                                OpConfig{"v21", 32, 256}, OpConfig{"v22", 32, 256},
+                                                OpConfig{"v23", 32, 256}, OpConfig{"v24", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -35,7 +36,7 @@ struct Dispatch {
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
-                              {"v22", "v21", "v8"}};
+                              {"v22", "v21", "v8"}, {"v24", "v23", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -124,8 +125,9 @@ int seq_bucket(long long num_seqs) {
 // warp reductions and scans, no second load of q and k); v17: v15 with every input tile of a chunk
 // requested at once by cp.async (M3_CP_PREFETCH); v19: v15 with the backward's per-token sums taken
 // from the tensor-core accumulators (M3_CP_FRAG_SUMS), three phases fewer; v21: v19 without the
-// backward's barriers that guard nothing (M3_CP_TRIMS2). v9, v12, v14, v16, v18, v20 and v22 have
-// no kernels of their own (kDispatch).
+// backward's barriers that guard nothing (M3_CP_TRIMS2); v23: v21 whose backward reads the states
+// from global memory instead of shared tiles (M3_CP_GLOBAL_STATES), two CTAs per SM. v9, v12, v14,
+// v16, v18, v20, v22 and v24 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -143,18 +145,19 @@ struct VariantTraits {
   bool prefetch;
   bool frag_sums;
   bool trims2;
+  bool global_states;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false, false, false};
-  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false, false, false};
-  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false, false, false};
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false, false, false, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false, false, false, false};
+  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false, false, false, false};
   if (c.variant == "v15") {
     VariantTraits t = traits(OpConfig{"v13", c.chunk, c.threads});
     t.latency_trims = true;
@@ -175,7 +178,12 @@ VariantTraits traits(const OpConfig& c) {
     t.trims2 = true;
     return t;
   }
-  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false, false, false};
+  if (c.variant == "v23") {
+    VariantTraits t = traits(OpConfig{"v21", c.chunk, c.threads});
+    t.global_states = true;
+    return t;
+  }
+  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -228,6 +236,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.prefetch) src.options.push_back("-DM3_CP_PREFETCH=1");
   if (tr.frag_sums) src.options.push_back("-DM3_CP_FRAG_SUMS=1");
   if (tr.trims2) src.options.push_back("-DM3_CP_TRIMS2=1");
+  if (tr.global_states) src.options.push_back("-DM3_CP_GLOBAL_STATES=1");
   src.arch = arch;
   return src;
 }
@@ -245,6 +254,13 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
 std::size_t scan_smem_bytes(const OpConfig& c) {
   const M3ScanLayout l =
       m3_scan_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads, smem_pad(c));
+  return static_cast<std::size_t>(l.total) * sizeof(float);
+}
+
+std::size_t backward_smem_bytes(const OpConfig& c) {
+  if (!traits(c).global_states) return scan_smem_bytes(c);
+  const M3ScanLayout l = m3_scan_backward_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a,
+                                                 c.threads, smem_pad(c), true);
   return static_cast<std::size_t>(l.total) * sizeof(float);
 }
 

@@ -50,7 +50,8 @@ struct CallKernels {
   const LoadedKernel* reduce_heads;
   const LoadedKernel* reduce_partials;
   unsigned scan_smem;
-  unsigned forward_smem;  // m3_cp_forward's; equal to scan_smem except with a lean forward layout
+  unsigned forward_smem;   // m3_cp_forward's; equal to scan_smem except with a lean forward layout
+  unsigned backward_smem;  // m3_cp_backward's; equal to scan_smem except with the states in global memory
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -69,7 +70,8 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_angles = &kernel_for(scan_src, "m3_cp_angles", 0, capturing);
     k.forward_smem = static_cast<unsigned>(forward_smem_bytes(config));
     k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
-    k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.scan_smem, capturing);
+    k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
+    k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
   } else {
     k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
   }
@@ -138,12 +140,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   at::Tensor final_k = at::empty({S, H, N}, f32);
   at::Tensor final_v = at::empty({S, H, P}, b16);
   at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
-  if (!forward_only) {
-    dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-    dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
-    dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
-    dangles = at::empty_like(angles), dd = at::empty_like(d), dz = at::empty_like(z);
-  }
+  if (!forward_only) dz = at::empty_like(z);  // written by the forward kernel
 
   // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
   // allocation carved into the five buffers: each allocator call costs microseconds of host
@@ -194,17 +191,27 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.final_ssm = ptr<float>(final_ssm);
   p.final_k = ptr<float>(final_k);
   p.final_v = ptr<m3_bf16>(final_v);
-  p.dq = ptr<m3_bf16>(dq);
-  p.dk = ptr<m3_bf16>(dk);
-  p.dv = ptr<m3_bf16>(dv);
-  p.dadt = ptr<float>(dadt);
-  p.ddt = ptr<float>(ddt);
-  p.dtrap = ptr<m3_bf16>(dtrap);
-  p.dq_bias = ptr<float>(dq_bias);
-  p.dk_bias = ptr<float>(dk_bias);
-  p.dangles = ptr<m3_bf16>(dangles);
-  p.dd = ptr<float>(dd);
   p.dz = ptr<m3_bf16>(dz);
+  // The other gradients are allocated when the first kernels are already running (the
+  // chunk-parallel path launches its angle kernel before): each allocation costs host time that
+  // would otherwise come before the GPU starts.
+  const auto allocate_gradients = [&] {
+    if (forward_only || dq.defined()) return;
+    dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
+    dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
+    dangles = at::empty_like(angles), dd = at::empty_like(d);
+    p.dq = ptr<m3_bf16>(dq);
+    p.dk = ptr<m3_bf16>(dk);
+    p.dv = ptr<m3_bf16>(dv);
+    p.dadt = ptr<float>(dadt);
+    p.ddt = ptr<float>(ddt);
+    p.dtrap = ptr<m3_bf16>(dtrap);
+    p.dq_bias = ptr<float>(dq_bias);
+    p.dk_bias = ptr<float>(dk_bias);
+    p.dangles = ptr<m3_bf16>(dangles);
+    p.dd = ptr<float>(dd);
+  };
   p.ws_states = carve(n_states);
   p.ws_phi = carve(n_phi);
   p.ws_dqh = carve(n_dh);
@@ -252,16 +259,18 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     ws.narrow(0, sync_words - ws.data_ptr<float>(), n_sync).zero_();
     lc.grid[0] = static_cast<unsigned>(H);
     lc.grid[1] = static_cast<unsigned>(S);
-    kernels.cp_angles->launch(lc, args);
+    kernels.cp_angles->launch(lc, args);  // uses no gradient pointer
+    allocate_gradients();
     // One CTA per possible (chunk, head); those past the last chunk leave at once.
     lc.grid[0] = static_cast<unsigned>(total_chunks * H);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
-    lc.dynamic_smem = scan_smem;
+    lc.dynamic_smem = kernels.backward_smem;
     kernels.cp_backward->launch(lc, args);
   } else {
+    allocate_gradients();
     lc.grid[0] = static_cast<unsigned>(H);
     lc.grid[1] = static_cast<unsigned>(S);
     lc.dynamic_smem = scan_smem;

@@ -1,5 +1,7 @@
 #include "torch_validate.h"
 
+#include <ATen/cuda/CUDAContext.h>
+
 #include <string>
 
 #include "kernel_registry.h"
@@ -118,7 +120,14 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", num(T));
 
   if (!check_values) return pb;
-  const at::Tensor cu_host = cu.is_cuda() ? cu.to(at::kCPU) : cu;
+  // Into pinned memory from the caching host allocator, then a wait for the current stream: about
+  // half of what a copy into a fresh pageable tensor costs, and this read is on every call's path.
+  at::Tensor cu_host = cu;
+  if (cu.is_cuda()) {
+    cu_host = at::empty({S + 1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+    cu_host.copy_(cu, /*non_blocking=*/true);
+    at::cuda::getCurrentCUDAStream(cu.device().index()).synchronize();
+  }
   const int32_t* c = cu_host.data_ptr<int32_t>();
   pb.cu_seqlens.assign(c, c + S + 1);
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",

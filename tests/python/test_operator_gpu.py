@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24"]
 
 
 def _run(case, variant="v1"):
@@ -148,8 +148,20 @@ def test_prefetched_inputs_match_staged_inputs_bitwise():
         assert torch.equal(a, b), f"{name} differs between v15 and v17"
 
 
+def test_states_from_global_memory_match_shared_tiles_bitwise():
+    """v23 reads the entering state and the state gradient from global memory where v21 stages
+    them in shared memory; the operands, and so every product, are the same: every result must
+    match v21 bit for bit, over partial chunks, a one-token sequence, an empty one, and a final
+    state cotangent."""
+    case = make_case([959, 300, 0, 64, 1, 33], seed=41, device="cuda")
+    ref = _run(case, "v21")
+    glob = _run(case, "v23")
+    for name, a, b in zip(RESULT_NAMES, ref, glob):
+        assert torch.equal(a, b), f"{name} differs between v21 and v23"
+
+
 @pytest.mark.parametrize("variant,fast",
-                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21")])
+                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
     """The dispatch-only variants: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
@@ -164,7 +176,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
