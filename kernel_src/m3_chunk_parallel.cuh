@@ -118,15 +118,17 @@ M3_DEV void load_phi_carry(const M3Params& p, Smem& s, long long slot) {
 
 // Flag before data: one thread waits with acquire semantics; the barrier holds the others back.
 // The data behind the flag is then read with ld.global.cg (L2), never from a stale L1 line.
-M3_DEV void wait_for(const int* flag) {
-  if (threadIdx.x == 0) {
-    int ready = 0;
-    for (;;) {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
-      if (ready) break;
-      __nanosleep(64);
-    }
+M3_DEV void spin_acquire(const int* flag) {
+  int ready = 0;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
+    if (ready) break;
+    __nanosleep(64);
   }
+}
+
+M3_DEV void wait_for(const int* flag) {
+  if (threadIdx.x == 0) spin_acquire(flag);
   __syncthreads();
 }
 
@@ -461,15 +463,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid < 32) {
     float phi_carry = 0.f, extra = 0.f;
     if (!last) {
-      if (tid == 0) {
-        const int* flag = tail_flags(p) + slot + H;
-        int ready = 0;
-        for (;;) {
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
-          if (ready) break;
-          __nanosleep(64);
-        }
-      }
+      if (tid == 0) spin_acquire(tail_flags(p) + slot + H);
       __syncwarp();
       const float* rec = p.ws_tail + (slot + H) * kTailWords;
       phi_carry = __ldcg(rec + tid);

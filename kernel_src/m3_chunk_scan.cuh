@@ -549,11 +549,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #if M3_CP_TRIMS
       raws[ps] = raw;
     }
-#pragma unroll
-    for (int off = OCT / 2; off > 0; off >>= 1) {
-#pragma unroll
-      for (int ps = 0; ps < PASSES; ++ps) raws[ps] += __shfl_xor_sync(0xffffffffu, raws[ps], off);
-    }
+    group_sum_n<PASSES, OCT>(raws);
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       if (o == 0) s.vv(kVecQkRaw)[ps * ROWS + r0] = raws[ps];
@@ -1373,11 +1369,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
 #if M3_CP_TRIMS
       dscs[ps] = dsc;
     }
-#pragma unroll
-    for (int off = OCT / 2; off > 0; off >>= 1) {
-#pragma unroll
-      for (int ps = 0; ps < PASSES; ++ps) dscs[ps] += __shfl_xor_sync(0xffffffffu, dscs[ps], off);
-    }
+    group_sum_n<PASSES, OCT>(dscs);
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       if (ps * ROWS + r0 < len && o == 0) s.vv(kVecDsc)[ps * ROWS + r0] = dscs[ps];

@@ -87,6 +87,16 @@ M3_DEV void warp_sum_n(float (&x)[K]) {
   }
 }
 
+// K independent sums over aligned groups of G lanes (G a power of two), interleaved likewise.
+template <int K, int G>
+M3_DEV void group_sum_n(float (&x)[K]) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) {
+#pragma unroll
+    for (int u = 0; u < K; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], o);
+  }
+}
+
 template <int K>
 M3_DEV void warp_inclusive_scan_n(float (&x)[K]) {
   const int lane = threadIdx.x & 31;
@@ -321,67 +331,52 @@ struct MmaTile {
           f(m0 + i * 16 + g + (h << 3), n0 + j * 8 + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
   }
 
-  // Row sums of f(row, col, acc) over the columns one warp column holds, straight from the
-  // accumulators: part[(warp & 3) * M + row] gets the sum over columns (warp & 3) * WN ... + WN - 1;
-  // the four partials of a row add up to the row sum. Lanes of a quad share a row: two shuffles.
-  template <class F>
-  M3_DEV void row_sums(float* part, F f) {
-    float rs[MT][2];
+  // Row sums (kRows) or column sums of f(row, col, acc), straight from the accumulators, as
+  // per-warp partials. Rows: part[(warp & 3) * M + row], over the columns one warp column holds,
+  // four partials per row (a quad shares a row: two shuffles). Columns: part[(warp >> 2) * NC +
+  // col], over the rows one warp row holds, two partials per column (three shuffles).
+  template <bool kRows, class F>
+  M3_DEV void line_sums(float* part, F f) {
+    constexpr int kLines = kRows ? MT : NTL;
+    float sums[kLines][2];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) rs[i][0] = rs[i][1] = 0.f;
+    for (int l = 0; l < kLines; ++l) sums[l][0] = sums[l][1] = 0.f;
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < NTL; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          rs[i][e >> 1] += f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
+        for (int e = 0; e < 4; ++e) {
+          const float v = f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
+          if constexpr (kRows) {
+            sums[i][e >> 1] += v;
+          } else {
+            sums[j][e & 1] += v;
+          }
+        }
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
+    for (int l = 0; l < kLines; ++l)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int o = kRows ? 1 : 4; o < (kRows ? 4 : 32); o <<= 1) sums[l][h] += __shfl_xor_sync(0xffffffffu, sums[l][h], o);
+    const int warp = threadIdx.x >> 5;
+    if ((kRows ? t : g) != 0) return;
+#pragma unroll
+    for (int l = 0; l < kLines; ++l)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        rs[i][h] += __shfl_xor_sync(0xffffffffu, rs[i][h], 1);
-        rs[i][h] += __shfl_xor_sync(0xffffffffu, rs[i][h], 2);
+        if constexpr (kRows) {
+          part[(warp & 3) * M + m0 + l * 16 + g + 8 * h] = sums[l][h];
+        } else {
+          part[(warp >> 2) * NC + n0 + l * 8 + 2 * t + h] = sums[l][h];
+        }
       }
-    if (t == 0) {
-      const int wc = (threadIdx.x >> 5) & 3;
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) part[wc * M + m0 + i * 16 + g + 8 * h] = rs[i][h];
-    }
   }
-
-  // Column sums likewise: part[(warp >> 2) * NC + col] over the rows one warp row holds; two
-  // partials per column. Lanes with the same t share columns: three shuffles.
   template <class F>
-  M3_DEV void col_sums(float* part, F f) {
-    float cs[NTL][2];
-#pragma unroll
-    for (int j = 0; j < NTL; ++j) cs[j][0] = cs[j][1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NTL; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          cs[j][e & 1] += f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
-#pragma unroll
-    for (int j = 0; j < NTL; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        cs[j][h] += __shfl_xor_sync(0xffffffffu, cs[j][h], 4);
-        cs[j][h] += __shfl_xor_sync(0xffffffffu, cs[j][h], 8);
-        cs[j][h] += __shfl_xor_sync(0xffffffffu, cs[j][h], 16);
-      }
-    if (g == 0) {
-      const int wr = threadIdx.x >> 7;
-#pragma unroll
-      for (int j = 0; j < NTL; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) part[wr * NC + n0 + j * 8 + 2 * t + h] = cs[j][h];
-    }
-  }
+  M3_DEV void row_sums(float* part, F f) { line_sums<true>(part, f); }
+  template <class F>
+  M3_DEV void col_sums(float* part, F f) { line_sums<false>(part, f); }
 
   // Written out rather than through for_each_pair: the nested lambda schedules the code of every
   // tile visit differently (checked on the cubins), and the measured variants keep their code.

@@ -141,49 +141,42 @@ struct VariantTraits {
   bool lean_forward;
   bool fast_sincos;
   bool paired_state_stores;
-  bool latency_trims;
-  bool prefetch;
-  bool frag_sums;
-  bool trims2;
-  bool global_states;
+  // The switches of the variants from v15 on (see `derived` below); off before.
+  bool latency_trims = false;
+  bool prefetch = false;
+  bool frag_sums = false;
+  bool trims2 = false;
+  bool global_states = false;
 };
 VariantTraits traits(const OpConfig& c) {
-  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false, false, false, false, false, false};
-  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false, false, false, false, false, false};
-  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false, false, false, false, false, false};
-  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true, false, false, false, false, false};
-  if (c.variant == "v15") {
-    VariantTraits t = traits(OpConfig{"v13", c.chunk, c.threads});
-    t.latency_trims = true;
+  if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false};
+  if (c.variant == "v4") return {true, 4, true, true, false, false, false, false, false, false, false, false};
+  if (c.variant == "v5") return {true, 4, true, true, true, false, false, false, false, false, false, false};
+  if (c.variant == "v6") return {true, 4, true, true, true, true, false, false, false, false, false, false};
+  if (c.variant == "v7") return {true, 4, true, true, true, false, true, false, false, false, false, false};
+  if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
+  if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
+  if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
+  // From v15 on each variant is its predecessor with one more switch.
+  struct Derived {
+    const char* variant;
+    const char* base;
+    bool VariantTraits::*adds;
+  };
+  static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
+                                    {"v17", "v15", &VariantTraits::prefetch},
+                                    {"v19", "v15", &VariantTraits::frag_sums},
+                                    {"v21", "v19", &VariantTraits::trims2},
+                                    {"v23", "v21", &VariantTraits::global_states}};
+  for (const auto& d : derived) {
+    if (c.variant != d.variant) continue;
+    VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
+    t.*(d.adds) = true;
     return t;
   }
-  if (c.variant == "v17") {
-    VariantTraits t = traits(OpConfig{"v15", c.chunk, c.threads});
-    t.prefetch = true;
-    return t;
-  }
-  if (c.variant == "v19") {
-    VariantTraits t = traits(OpConfig{"v15", c.chunk, c.threads});
-    t.frag_sums = true;
-    return t;
-  }
-  if (c.variant == "v21") {
-    VariantTraits t = traits(OpConfig{"v19", c.chunk, c.threads});
-    t.trims2 = true;
-    return t;
-  }
-  if (c.variant == "v23") {
-    VariantTraits t = traits(OpConfig{"v21", c.chunk, c.threads});
-    t.global_states = true;
-    return t;
-  }
-  return {true, 4, true, true, true, false, true, true, false, false, false, false, false, false, false, false, false};
+  return {true, 4, true, true, true, false, true, true, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
