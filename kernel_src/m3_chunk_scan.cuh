@@ -103,8 +103,8 @@ constexpr int LDN = N + M3_PAD;
 constexpr int LDP = P + M3_PAD;
 constexpr int LDC = C + M3_PAD;
 constexpr int NPAIR = N / 2;
-constexpr M3ScanLayout L = m3_scan_backward_layout(C, N, P, A, NT, M3_PAD, M3_CP_GLOBAL_STATES);
-constexpr M3ScanLayout LF = m3_scan_forward_layout(C, N, P, A, NT, M3_PAD);
+constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES);
+constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -260,8 +260,8 @@ M3_DEV Smem carve_layout(float* base, const M3ScanLayout& l) {
 
 M3_DEV Smem carve(float* base) { return carve_layout(base, L); }
 
-// The forward's share (m3_scan_forward_layout): no state-gradient, dM, dks or dphi tiles, and t1
-// only C x P.
+// The forward's share (m3_layout with forward_only): no state-gradient, dM, dks or dphi tiles,
+// and t1 only C x P.
 M3_DEV Smem carve_forward(float* base) { return carve_layout(base, LF); }
 
 // Where one (sequence, head) lives.

@@ -121,16 +121,3 @@ static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads,
   l.total = o;
   return l;
 }
-
-static constexpr M3ScanLayout m3_scan_layout(int C, int N, int P, int A, int threads, int pad) {
-  return m3_layout(C, N, P, A, threads, pad, false);
-}
-
-static constexpr M3ScanLayout m3_scan_forward_layout(int C, int N, int P, int A, int threads, int pad) {
-  return m3_layout(C, N, P, A, threads, pad, true);
-}
-
-static constexpr M3ScanLayout m3_scan_backward_layout(int C, int N, int P, int A, int threads, int pad,
-                                                      bool global_states) {
-  return m3_layout(C, N, P, A, threads, pad, false, global_states);
-}

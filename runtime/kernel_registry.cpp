@@ -244,25 +244,18 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   return src;
 }
 
-std::size_t scan_smem_bytes(const OpConfig& c) {
-  const M3ScanLayout l =
-      m3_scan_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads, smem_pad(c));
+namespace {
+// Bytes of the kernels' shared-memory layout (m3_layout) for a configuration.
+std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_states) {
+  const M3ScanLayout l = m3_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads,
+                                   smem_pad(c), forward_only, global_states);
   return static_cast<std::size_t>(l.total) * sizeof(float);
 }
+}  // namespace
 
-std::size_t backward_smem_bytes(const OpConfig& c) {
-  if (!traits(c).global_states) return scan_smem_bytes(c);
-  const M3ScanLayout l = m3_scan_backward_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a,
-                                                 c.threads, smem_pad(c), true);
-  return static_cast<std::size_t>(l.total) * sizeof(float);
-}
-
-std::size_t forward_smem_bytes(const OpConfig& c) {
-  if (!traits(c).lean_forward) return scan_smem_bytes(c);
-  const M3ScanLayout l = m3_scan_forward_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a,
-                                                c.threads, smem_pad(c));
-  return static_cast<std::size_t>(l.total) * sizeof(float);
-}
+std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
+std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
+std::size_t forward_smem_bytes(const OpConfig& c) { return layout_bytes(c, traits(c).lean_forward, false); }
 
 std::vector<KernelSource> all_specializations(const std::string& arch) {
   std::vector<KernelSource> all;

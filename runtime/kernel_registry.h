@@ -41,17 +41,15 @@ bool takes_initial_states(const OpConfig& config);
 // Sequence-count bucket baked into the scan kernel: 1, 2, 4 or 8, else 0 (any count).
 int seq_bucket(long long num_seqs);
 
-// The dispatch-only variants run their fast kernels (v9: v7's, v12: v11's, v14: v13's, v16:
-// v15's, v18: v17's, v20: v19's, v22: v21's,
-// v24: v23's) while
-// every sequence is at most this long, and v8's (tile products about fp32-exact, 0.87x v7's speed)
-// beyond: v7's dangles error grows like sqrt(L), from 2.3e-3 at L ~ 1000 to 8.6e-3 at 32768 and
-// 1.25e-2 at 65536 (run 16), and at 4096 it is still about 4e-3.
+// The dispatch-only variants (kDispatch in kernel_registry.cpp: v9 runs v7's kernels, v24 v23's,
+// ...) run their fast kernels while every sequence is at most this long, and v8's (tile products
+// about fp32-exact, 0.87x v7's speed) beyond: v7's dangles error grows like sqrt(L), from 2.3e-3
+// at L ~ 1000 to 8.6e-3 at 32768 and 1.25e-2 at 65536 (run 16), and at 4096 it is still about
+// 4e-3.
 constexpr int64_t kExactProductsAboveLen = 4096;
 
 // The configuration whose kernels run a problem whose longest sequence has `longest_sequence`
-// tokens (an upper bound will do): itself, except for the dispatch-only variants v9, v12, v14, v16,
-// v18, v20, v22 and v24.
+// tokens (an upper bound will do): itself, except for the dispatch-only variants.
 OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
