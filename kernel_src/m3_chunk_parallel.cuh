@@ -10,7 +10,7 @@
 //     one-token shift terms of the chunk after it.
 // CTAs take tickets from an atomic counter, in rounds (every sequence's chunk r before any chunk
 // r + 1), so a chunk's neighbour in the chain always started before it: waiting on it cannot
-// deadlock, even with one CTA per SM. Flags and tickets are zeroed by the host before each call.
+// deadlock, even with one CTA per SM. m3_cp_angles zeroes the flags and tickets in every call.
 #pragma once
 
 #define M3_NO_SCAN_ENTRY 1
@@ -158,6 +158,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   using namespace m3cp;
   const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  {
+    // The two kernels after this one start from zeroed tickets and ready flags: zeroed here, in
+    // the kernel that precedes them on the stream, they cost the host no memset.
+    const long long words = 2 + 3LL * p.chunk_capacity * H;
+    const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
+    for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
+  }
   const SeqHead sh = seq_head(p, seq, h);
   const int chunks = (sh.len + C - 1) / C;
   const long long row = static_cast<long long>(seq) * H + h;
@@ -399,6 +407,24 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = p.ws_dstates + slot * P * N;
   float part = 0.f;
+#if M3_CP_CONFLICT_FREE
+  // The accumulators become the new gradient in place, and the stores follow in a second pass:
+  // no load waits behind a store.
+  upd.for_each_pair([&](int r, int c, float& acc0, float& acc1) {
+    const float2 zero = make_float2(0.f, 0.f);
+    const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
+    const float2 st = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
+    part = fmaf(old.x, st.x, part);
+    part = fmaf(old.y, st.y, part);
+    acc0 = alpha * old.x + acc0;
+    acc1 = alpha * old.y + acc1;
+  });
+  if (j > 0) {
+    upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
+      *reinterpret_cast<float2*>(out + r * N + c) = make_float2(acc0, acc1);
+    });
+  }
+#else
   upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
     const float2 zero = make_float2(0.f, 0.f);
     const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
@@ -407,6 +433,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     part = fmaf(old.y, st.y, part);
     if (j > 0) *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * old.x + acc0, alpha * old.y + acc1);
   });
+#endif
 #else
   if (last) {
     const float* dfs = p.dfinal_ssm;

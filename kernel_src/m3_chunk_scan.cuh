@@ -86,6 +86,17 @@
 #if M3_CP_GLOBAL_STATES && !(M3_CP_TRIMS2 && M3_PAIRED_STATE_STORES)
 #error "M3_CP_GLOBAL_STATES builds on M3_CP_TRIMS2 and M3_PAIRED_STATE_STORES"
 #endif
+// M3_CP_CONFLICT_FREE (v25): the accesses run 28's source-level profile flagged, with results
+// bitwise unchanged: the angle tiles' rows padded to A + 1 floats (the column scans read down a
+// column, 32-way bank conflicts at a stride of 32), the state-gradient update's global loads all
+// issued before its stores (interleaved, each pair waited a full L2 round trip: the compiler
+// cannot tell the output from the inputs), and the bias partials stored 16 bytes at a time.
+#ifndef M3_CP_CONFLICT_FREE
+#define M3_CP_CONFLICT_FREE 0
+#endif
+#if M3_CP_CONFLICT_FREE && !M3_CP_GLOBAL_STATES
+#error "M3_CP_CONFLICT_FREE builds on M3_CP_GLOBAL_STATES"
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -102,9 +113,13 @@ constexpr int NW = NT / 32;
 constexpr int LDN = N + M3_PAD;
 constexpr int LDP = P + M3_PAD;
 constexpr int LDC = C + M3_PAD;
+constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row stride
+// Where element e = t * A + i of an angle tile sits (t = e / A); unpadded, e itself, so that the
+// variants before v25 compile to the code they were measured with.
+M3_DEV int angle_index(int e, int t) { return LDA == A ? e : t * LDA + e % A; }
 constexpr int NPAIR = N / 2;
-constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES);
-constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true);
+constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A);
+constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, false, LDA - A);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -416,8 +431,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     for (int it = 0; it < ITERS; ++it) {
       const int e = tid + it * NT, t = e / A;
       const float th = t < len ? kM3Pi * tanhf(bf2f(raw[it])) : 0.f;
-      s.th[e] = th;
-      s.phi[e] = th * s.vv(kVecDt)[t];
+      s.th[angle_index(e, t)] = th;
+      s.phi[angle_index(e, t)] = th * s.vv(kVecDt)[t];
     }
   }
 #else
@@ -428,8 +443,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       const int tg = sh.start + a + t;
       th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
     }
-    s.th[e] = th;
-    s.phi[e] = th * s.vv(kVecDt)[t];
+    s.th[angle_index(e, t)] = th;
+    s.phi[angle_index(e, t)] = th * s.vv(kVecDt)[t];
   }
 #endif
   __syncthreads();
@@ -445,13 +460,13 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     for (int base = 0; base < C; base += 32) {
       const int t = base + lane;
 #pragma unroll
-      for (int u = 0; u < K; ++u) x[u] = s.phi[t * A + warp + u * NW];
+      for (int u = 0; u < K; ++u) x[u] = s.phi[t * LDA + warp + u * NW];
       warp_inclusive_scan_n<K>(x);
 #pragma unroll
       for (int u = 0; u < K; ++u) {
         x[u] += carry[u];
         carry[u] = __shfl_sync(0xffffffffu, x[u], 31);
-        s.phi[t * A + warp + u * NW] = (t < len) ? x[u] : 0.f;
+        s.phi[t * LDA + warp + u * NW] = (t < len) ? x[u] : 0.f;
       }
     }
   }
@@ -461,9 +476,9 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #pragma unroll
     for (int base = 0; base < C; base += 32) {
       const int t = base + lane;
-      const float x = warp_inclusive_scan(s.phi[t * A + i]) + carry;
+      const float x = warp_inclusive_scan(s.phi[t * LDA + i]) + carry;
       carry = __shfl_sync(0xffffffffu, x, 31);
-      s.phi[t * A + i] = (t < len) ? x : 0.f;
+      s.phi[t * LDA + i] = (t < len) ? x : 0.f;
     }
   }
 #endif
@@ -479,8 +494,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
         th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
         run = fmaf(th, s.vv(kVecDt)[t], run);
       }
-      s.th[t * A + i] = th;
-      s.phi[t * A + i] = (t < len) ? run : 0.f;
+      s.th[t * LDA + i] = th;
+      s.phi[t * LDA + i] = (t < len) ? run : 0.f;
     }
   }
 #endif
@@ -536,7 +551,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
         const int pair = 4 * o + jp;
         if (live && pair < A) {
           float sn, cs;
-          m3_sincos(s.phi[t * A + pair], &sn, &cs);
+          m3_sincos(s.phi[t * LDA + pair], &sn, &cs);
           const float q0 = qh[2 * jp], q1 = qh[2 * jp + 1], k0 = kh[2 * jp], k1 = kh[2 * jp + 1];
           qh[2 * jp] = q0 * cs - q1 * sn;
           qh[2 * jp + 1] = q0 * sn + q1 * cs;
@@ -588,7 +603,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
         raw = fmaf(q0, k0, fmaf(q1, k1, raw));
         if (i2 < A) {
           float sn, cs;
-          m3_sincos(s.phi[t * A + i2], &sn, &cs);
+          m3_sincos(s.phi[t * LDA + i2], &sn, &cs);
           const float rq0 = q0 * cs - q1 * sn, rq1 = q0 * sn + q1 * cs;
           const float rk0 = k0 * cs - k1 * sn, rk1 = k0 * sn + k1 * cs;
           q0 = rq0; q1 = rq1; k0 = rk0; k1 = rk1;
@@ -729,7 +744,7 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
     });
   }
   if (threadIdx.x < A) {
-    s.phi_carry()[threadIdx.x] = wrap_angle(s.phi[(len - 1) * A + threadIdx.x]);
+    s.phi_carry()[threadIdx.x] = wrap_angle(s.phi[(len - 1) * LDA + threadIdx.x]);
   }
   __syncthreads();
 }
@@ -776,7 +791,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
         const int i = warp + u * NW;
         x[u] = 0.f;
         if (t < len) {
-          x[u] = s.dphi[t * A + i];
+          x[u] = s.dphi[t * LDA + i];
           if (a + t == sh.len - 1 && p.dfinal_angle) x[u] += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
         }
         x[u] = __shfl_sync(0xffffffffu, x[u], 31 - lane);
@@ -786,7 +801,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
       for (int u = 0; u < K; ++u) {
         const float suffix = __shfl_sync(0xffffffffu, x[u], 31 - lane) + carry[u];
         carry[u] = __shfl_sync(0xffffffffu, suffix, 0);
-        s.dphi[t * A + warp + u * NW] = suffix;
+        s.dphi[t * LDA + warp + u * NW] = suffix;
       }
     }
     if (lane == 0) {
@@ -802,12 +817,12 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
       const int t = base + lane;
       float x = 0.f;
       if (t < len) {
-        x = s.dphi[t * A + i];
+        x = s.dphi[t * LDA + i];
         if (a + t == sh.len - 1 && p.dfinal_angle) x += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
       }
       const float suffix = warp_suffix_sum(x) + carry;
       carry = __shfl_sync(0xffffffffu, suffix, 0);
-      s.dphi[t * A + i] = suffix;
+      s.dphi[t * LDA + i] = suffix;
     }
     if (lane == 0) s.big_phi_carry()[i] = carry;
   }
@@ -817,9 +832,9 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
   for (int e = tid; e < len * A; e += NT) {
     const int t = e / A, i = e % A;
     const int tg = sh.start + a + t;
-    const float tnh = s.th[e] / kM3Pi;
+    const float tnh = s.th[angle_index(e, t)] / kM3Pi;
     p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
-        f2bf(s.dphi[e] * dtv[t] * kM3Pi * (1.f - tnh * tnh));
+        f2bf(s.dphi[angle_index(e, t)] * dtv[t] * kM3Pi * (1.f - tnh * tnh));
   }
 #if M3_CP_TRIMS
   {
@@ -829,7 +844,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 #pragma unroll
     for (int u = 0; u < K; ++u) {
       const int t = warp + u * NW;
-      ang[u] = (t < len && lane < A) ? s.dphi[t * A + lane] * s.th[t * A + lane] : 0.f;
+      ang[u] = (t < len && lane < A) ? s.dphi[t * LDA + lane] * s.th[t * LDA + lane] : 0.f;
     }
     warp_sum_n<K>(ang);
 #pragma unroll
@@ -841,7 +856,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 #else
   for (int t = warp; t < len; t += NW) {
     float ang = 0.f;
-    for (int i = lane; i < A; i += 32) ang = fmaf(s.dphi[t * A + i], s.th[t * A + i], ang);
+    for (int i = lane; i < A; i += 32) ang = fmaf(s.dphi[t * LDA + i], s.th[t * LDA + i], ang);
     ang = warp_sum(ang);
     if (lane == 0) s.vv(kVecAng)[t] = ang;
   }
@@ -1339,9 +1354,9 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
           const int pair = 4 * o + jp, n0 = 2 * jp, n1 = n0 + 1;
           uq[n0] = dqr[n0]; uq[n1] = dqr[n1]; uk[n0] = dkr[n0]; uk[n1] = dkr[n1];
           if (pair < A) {
-            s.dphi[t * A + pair] = qr[n0] * dqr[n1] - qr[n1] * dqr[n0] + kr[n0] * dkr[n1] - kr[n1] * dkr[n0];
+            s.dphi[t * LDA + pair] = qr[n0] * dqr[n1] - qr[n1] * dqr[n0] + kr[n0] * dkr[n1] - kr[n1] * dkr[n0];
             float sn, cs;
-            m3_sincos(s.phi[t * A + pair], &sn, &cs);
+            m3_sincos(s.phi[t * LDA + pair], &sn, &cs);
             uq[n0] = dqr[n0] * cs + dqr[n1] * sn;
             uq[n1] = -dqr[n0] * sn + dqr[n1] * cs;
             uk[n0] = dkr[n0] * cs + dkr[n1] * sn;
@@ -1405,9 +1420,9 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
       }
       float uq0 = dqr0, uq1 = dqr1, uk0 = dkr0, uk1 = dkr1;
       if (i2 < A) {
-        s.dphi[t * A + i2] = qr0 * dqr1 - qr1 * dqr0 + kr0 * dkr1 - kr1 * dkr0;
+        s.dphi[t * LDA + i2] = qr0 * dqr1 - qr1 * dqr0 + kr0 * dkr1 - kr1 * dkr0;
         float sn, cs;
-        m3_sincos(s.phi[t * A + i2], &sn, &cs);
+        m3_sincos(s.phi[t * LDA + i2], &sn, &cs);
         uq0 = dqr0 * cs + dqr1 * sn;
         uq1 = -dqr0 * sn + dqr1 * cs;
         uk0 = dkr0 * cs + dkr1 * sn;
@@ -1494,10 +1509,10 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
     float run = s.big_phi_carry()[i];
     for (int t = len - 1; t >= 0; --t) {
       const int tg = sh.start + a + t;
-      run += s.dphi[t * A + i];
+      run += s.dphi[t * LDA + i];
       if (a + t == sh.len - 1 && p.dfinal_angle) run += bf2f(p.dfinal_angle[(sh.seq * H + sh.h) * A + i]);
-      s.dphi[t * A + i] = run;
-      const float th = s.th[t * A + i];
+      s.dphi[t * LDA + i] = run;
+      const float th = s.th[t * LDA + i];
       const float tnh = th / kM3Pi;
       p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
           f2bf(run * s.vv(kVecDt)[t] * kM3Pi * (1.f - tnh * tnh));
@@ -1507,7 +1522,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
   __syncthreads();
   if (tid < len) {
     float ang = 0.f;
-    for (int i = 0; i < A; ++i) ang = fmaf(s.dphi[tid * A + i], s.th[tid * A + i], ang);
+    for (int i = 0; i < A; ++i) ang = fmaf(s.dphi[tid * LDA + i], s.th[tid * LDA + i], ang);
     s.vv(kVecAng)[tid] = ang;
   }
   __syncthreads();
@@ -1576,11 +1591,16 @@ M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const
   constexpr int kGroups = NT / (N / 8);
   {
     const int o = tid % (N / 8), grp = tid / (N / 8);
+#if M3_CP_CONFLICT_FREE
+    store_f32x8(s.t1 + grp * 2 * N + 8 * o, qb);
+    store_f32x8(s.t1 + grp * 2 * N + N + 8 * o, kb);
+#else
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       s.t1[grp * 2 * N + 8 * o + j] = qb[j];
       s.t1[grp * 2 * N + N + 8 * o + j] = kb[j];
     }
+#endif
   }
 #else
   constexpr int kGroups = NW;

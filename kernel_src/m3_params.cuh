@@ -49,7 +49,7 @@ struct M3Params {
   // workspace of the chunk-parallel variant (v10); unused by the walkers
   float* ws_dstates;  // [chunk capacity][H][P][N]: the gradient of the state entering each chunk
   float* ws_tail;     // [chunk capacity][H][A + 4]: the backward carries a chunk hands to the one before
-  int* ws_sync;       // 2 ticket counters, then 3 x [chunk capacity][H] ready flags; zeroed per call
+  int* ws_sync;       // 2 ticket counters, then 3 x [chunk capacity][H] ready flags; m3_cp_angles zeroes them in every call
   int chunk_capacity; // T / chunk + S, at least the number of chunks of any cu_seqlens
   int partial_rows;   // rows of ws_partial that m3_reduce_partials sums
   // initial states and their gradients (variants built with M3_INITIAL_STATES; else unused)
@@ -99,8 +99,9 @@ static constexpr int m3_take(int& offset, int n) {
 // only C x P: small enough for two CTAs per SM, about 110 KB at C = 32. With `global_states` (the
 // backward of variants that read the states from global memory, M3_CP_GLOBAL_STATES) neither state
 // tile is there: about 107 KB at C = 32, two CTAs per SM as well.
+// `angle_pad` floats pad each row of the angle tiles (phi, th, dphi; M3_CP_CONFLICT_FREE).
 static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only,
-                                        bool global_states = false) {
+                                        bool global_states = false, int angle_pad = 0) {
   M3ScanLayout l{};
   int o = 0;
   l.qr = m3_take(o, C * (N + pad));
@@ -113,9 +114,9 @@ static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads,
   l.x = forward_only ? -1 : m3_take(o, C * (C + pad));
   l.t1 = m3_take(o, C * ((forward_only ? P : N) + pad));
   l.t2 = forward_only ? -1 : m3_take(o, C * (N + pad));
-  l.phi = m3_take(o, C * A);
-  l.th = m3_take(o, C * A);
-  l.dphi = forward_only ? -1 : m3_take(o, C * A);
+  l.phi = m3_take(o, C * (A + angle_pad));
+  l.th = m3_take(o, C * (A + angle_pad));
+  l.dphi = forward_only ? -1 : m3_take(o, C * (A + angle_pad));
   l.vec = m3_take(o, C * kVecCount + 2 * A + 16);  // per-token vectors, two angle carries, scalars
   l.red = m3_take(o, threads);
   l.total = o;

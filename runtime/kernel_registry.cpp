@@ -22,7 +22,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v17", 32, 256}, OpConfig{"v18", 32, 256},
                                                 OpConfig{"v19", 32, 256}, OpConfig{"v20", 32, 256},
                                                 OpConfig{"v21", 32, 256}, OpConfig{"v22", 32, 256},
-                                                OpConfig{"v23", 32, 256}, OpConfig{"v24", 32, 256}};
+                                                OpConfig{"v23", 32, 256}, OpConfig{"v24", 32, 256},
+                                                OpConfig{"v25", 32, 256}, OpConfig{"v26", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -36,7 +37,7 @@ struct Dispatch {
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
-                              {"v22", "v21", "v8"}, {"v24", "v23", "v8"}};
+                              {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -126,8 +127,10 @@ int seq_bucket(long long num_seqs) {
 // requested at once by cp.async (M3_CP_PREFETCH); v19: v15 with the backward's per-token sums taken
 // from the tensor-core accumulators (M3_CP_FRAG_SUMS), three phases fewer; v21: v19 without the
 // backward's barriers that guard nothing (M3_CP_TRIMS2); v23: v21 whose backward reads the states
-// from global memory instead of shared tiles (M3_CP_GLOBAL_STATES), two CTAs per SM. v9, v12, v14,
-// v16, v18, v20, v22 and v24 have no kernels of their own (kDispatch).
+// from global memory instead of shared tiles (M3_CP_GLOBAL_STATES), two CTAs per SM; v25: v23 with
+// the bank conflicts and the serialized loads run 28's profile found removed (M3_CP_CONFLICT_FREE),
+// results bitwise v23's. v9, v12, v14, v16, v18, v20, v22, v24 and v26 have no kernels of their own
+// (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -147,6 +150,7 @@ struct VariantTraits {
   bool frag_sums = false;
   bool trims2 = false;
   bool global_states = false;
+  bool conflict_free = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -169,7 +173,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v17", "v15", &VariantTraits::prefetch},
                                     {"v19", "v15", &VariantTraits::frag_sums},
                                     {"v21", "v19", &VariantTraits::trims2},
-                                    {"v23", "v21", &VariantTraits::global_states}};
+                                    {"v23", "v21", &VariantTraits::global_states},
+                                    {"v25", "v23", &VariantTraits::conflict_free}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -230,6 +235,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.frag_sums) src.options.push_back("-DM3_CP_FRAG_SUMS=1");
   if (tr.trims2) src.options.push_back("-DM3_CP_TRIMS2=1");
   if (tr.global_states) src.options.push_back("-DM3_CP_GLOBAL_STATES=1");
+  if (tr.conflict_free) src.options.push_back("-DM3_CP_CONFLICT_FREE=1");
   src.arch = arch;
   return src;
 }
@@ -248,7 +254,7 @@ namespace {
 // Bytes of the kernels' shared-memory layout (m3_layout) for a configuration.
 std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_states) {
   const M3ScanLayout l = m3_layout(c.chunk, kSupportedDims.n, kSupportedDims.p, kSupportedDims.a, c.threads,
-                                   smem_pad(c), forward_only, global_states);
+                                   smem_pad(c), forward_only, global_states, traits(c).conflict_free ? 1 : 0);
   return static_cast<std::size_t>(l.total) * sizeof(float);
 }
 }  // namespace

@@ -143,7 +143,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
           "[registry]") {
   const std::pair<const char*, const char*> dispatch[] = {{"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"},
                                                          {"v18", "v17"}, {"v20", "v19"}, {"v22", "v21"},
-                                                         {"v24", "v23"}};
+                                                         {"v24", "v23"}, {"v26", "v25"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);

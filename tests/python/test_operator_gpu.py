@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26"]
 
 
 def _run(case, variant="v1"):
@@ -160,8 +160,20 @@ def test_states_from_global_memory_match_shared_tiles_bitwise():
         assert torch.equal(a, b), f"{name} differs between v21 and v23"
 
 
+def test_conflict_free_accesses_match_v23_bitwise():
+    """v25 changes only where values sit in shared memory (padded angle rows), when the state
+    gradient update issues its loads, and how wide the bias partials are stored: every result must
+    match v23 bit for bit, over partial chunks, a one-token sequence, an empty one, and a final
+    state cotangent."""
+    case = make_case([959, 300, 0, 64, 1, 33], seed=43, device="cuda")
+    ref = _run(case, "v23")
+    got = _run(case, "v25")
+    for name, a, b in zip(RESULT_NAMES, ref, got):
+        assert torch.equal(a, b), f"{name} differs between v23 and v25"
+
+
 @pytest.mark.parametrize("variant,fast",
-                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23")])
+                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
     """The dispatch-only variants: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
@@ -176,7 +188,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
