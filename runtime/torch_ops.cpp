@@ -2,6 +2,7 @@
 // on the current CUDA stream; torch.ops.mamba3_jit.validate runs only the argument checks.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -26,6 +27,14 @@ T* ptr(const at::Tensor& t) {
 }
 
 at::Tensor or_undefined(const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::Tensor(); }
+
+// A new CUDA tensor from the caching allocator without a trip through the dispatcher: the call
+// makes up to twenty of them, several before its first launch, where each microsecond of host
+// time is a microsecond of idle GPU. Every result is written in full by the kernels.
+at::Tensor fresh(at::IntArrayRef sizes, at::ScalarType dtype, const at::Device& device) {
+  return at::Tensor(at::detail::empty_cuda(sizes, dtype, device, c10::nullopt));
+}
+at::Tensor fresh_like(const at::Tensor& t) { return fresh(t.sizes(), t.scalar_type(), t.device()); }
 
 // Fetches a kernel, refusing JIT work while the stream is being captured into a CUDA graph:
 // compiling or loading a module there would break the capture.
@@ -130,17 +139,16 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const Problem pb = validate_arguments(a, /*require_cuda=*/true, /*check_values=*/!capturing);
   if (states) validate_initial_states(*states, pb, q.device());
   const c10::cuda::CUDAGuard guard(q.device());
-  const auto f32 = q.options().dtype(at::kFloat);
-  const auto b16 = q.options().dtype(at::kBFloat16);
+  const at::Device dev = q.device();
   const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
 
-  at::Tensor output = at::empty({1, T, H, P}, b16);
-  at::Tensor final_angle = at::empty({S, H, A}, b16);
-  at::Tensor final_ssm = at::empty({S, H, P, N}, f32);
-  at::Tensor final_k = at::empty({S, H, N}, f32);
-  at::Tensor final_v = at::empty({S, H, P}, b16);
+  at::Tensor output = fresh({1, T, H, P}, at::kBFloat16, dev);
+  at::Tensor final_angle = fresh({S, H, A}, at::kBFloat16, dev);
+  at::Tensor final_ssm = fresh({S, H, P, N}, at::kFloat, dev);
+  at::Tensor final_k = fresh({S, H, N}, at::kFloat, dev);
+  at::Tensor final_v = fresh({S, H, P}, at::kBFloat16, dev);
   at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
-  if (!forward_only) dz = at::empty_like(z);  // written by the forward kernel
+  if (!forward_only) dz = fresh_like(z);  // written by the forward kernel
 
   // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
   // allocation carved into the five buffers: each allocator call costs microseconds of host
@@ -158,9 +166,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H : 0;  // ints, carved as floats
   const int64_t n_schedule = chunk_parallel ? 2 * total_chunks : 0;      // ints, rewritten every call
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
-  at::Tensor ws = at::empty({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
-                             align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule)},
-                            f32);
+  at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
+                         align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule)},
+                        at::kFloat, dev);
   float* ws_next = ws.data_ptr<float>();
   const auto carve = [&](int64_t n) {
     float* piece = ws_next;
@@ -193,14 +201,15 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.final_v = ptr<m3_bf16>(final_v);
   p.dz = ptr<m3_bf16>(dz);
   // The other gradients are allocated when the first kernels are already running (the
-  // chunk-parallel path launches its angle kernel before): each allocation costs host time that
-  // would otherwise come before the GPU starts.
+  // chunk-parallel path launches its angle and forward kernels before, neither reads a gradient
+  // pointer): each allocation costs microseconds of host time that would otherwise keep the GPU
+  // idle.
   const auto allocate_gradients = [&] {
     if (forward_only || dq.defined()) return;
-    dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-    dadt = at::empty_like(adt), ddt = at::empty_like(dt), dtrap = at::empty_like(trap);
-    dq_bias = at::empty_like(q_bias), dk_bias = at::empty_like(k_bias);
-    dangles = at::empty_like(angles), dd = at::empty_like(d);
+    dq = fresh_like(q), dk = fresh_like(k), dv = fresh_like(v);
+    dadt = fresh_like(adt), ddt = fresh_like(dt), dtrap = fresh_like(trap);
+    dq_bias = fresh_like(q_bias), dk_bias = fresh_like(k_bias);
+    dangles = fresh_like(angles), dd = fresh_like(d);
     p.dq = ptr<m3_bf16>(dq);
     p.dk = ptr<m3_bf16>(dk);
     p.dv = ptr<m3_bf16>(dv);
@@ -219,8 +228,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.ws_partial = carve(partial_rows * H * (2 * N + 1));
   p.ws_dstates = carve(n_dstates);
   p.ws_tail = carve(n_tail);
-  float* sync_words = carve(n_sync);
-  p.ws_sync = reinterpret_cast<int*>(sync_words);
+  p.ws_sync = reinterpret_cast<int*>(carve(n_sync));
   p.ws_schedule = reinterpret_cast<int*>(carve(n_schedule));
   p.chunk_capacity = static_cast<int>(total_chunks);
   p.partial_rows = static_cast<int>(partial_rows);
@@ -232,7 +240,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     p.init_k = ptr<const float>(st[2]);
     p.init_v = ptr<const m3_bf16>(st[3]);
     if (!forward_only) {
-      for (const auto& t : st) state_grads.push_back(at::empty_like(t));
+      for (const auto& t : st) state_grads.push_back(fresh_like(t));
       p.d_init_angle = ptr<m3_bf16>(state_grads[0]);
       p.d_init_ssm = ptr<float>(state_grads[1]);
       p.d_init_k = ptr<float>(state_grads[2]);
@@ -255,18 +263,17 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   lc.stream = at::cuda::getCurrentCUDAStream(q.device().index()).stream();
   lc.block[0] = threads;
   if (chunk_parallel) {
-    // Tickets and flags start at zero in every call (a memset node under graph capture).
-    ws.narrow(0, sync_words - ws.data_ptr<float>(), n_sync).zero_();
+    // The angle kernel also zeroes the tickets and flags (sync_words) the next two start from.
     lc.grid[0] = static_cast<unsigned>(H);
     lc.grid[1] = static_cast<unsigned>(S);
-    kernels.cp_angles->launch(lc, args);  // uses no gradient pointer
-    allocate_gradients();
+    kernels.cp_angles->launch(lc, args);
     // One CTA per possible (chunk, head); those past the last chunk leave at once.
     lc.grid[0] = static_cast<unsigned>(total_chunks * H);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
+    allocate_gradients();
     lc.dynamic_smem = kernels.backward_smem;
     kernels.cp_backward->launch(lc, args);
   } else {

@@ -1,6 +1,9 @@
 #include "torch_validate.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/PinnedMemoryAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <string>
 
@@ -120,16 +123,26 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", num(T));
 
   if (!check_values) return pb;
-  // Into pinned memory from the caching host allocator, then a wait for the current stream: about
-  // half of what a copy into a fresh pageable tensor costs, and this read is on every call's path.
-  at::Tensor cu_host = cu;
   if (cu.is_cuda()) {
-    cu_host = at::empty({S + 1}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
-    cu_host.copy_(cu, /*non_blocking=*/true);
-    at::cuda::getCurrentCUDAStream(cu.device().index()).synchronize();
+    // This read is on every call's path before the first launch: one copy into this thread's
+    // pinned buffer and one wait for the stream, without the tensor, copy-operator and host
+    // allocator bookkeeping a pinned tensor would add.
+    thread_local at::DataPtr pinned;
+    thread_local size_t pinned_bytes = 0;
+    const size_t bytes = static_cast<size_t>(S + 1) * sizeof(int32_t);
+    if (pinned_bytes < bytes) {
+      pinned = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
+      pinned_bytes = bytes;
+    }
+    const c10::cuda::CUDAGuard guard(cu.device());
+    c10::cuda::memcpy_and_sync(pinned.get(), cu.data_ptr(), static_cast<int64_t>(bytes), cudaMemcpyDeviceToHost,
+                               at::cuda::getCurrentCUDAStream(cu.device().index()).stream());
+    const int32_t* c = static_cast<const int32_t*>(pinned.get());
+    pb.cu_seqlens.assign(c, c + S + 1);
+  } else {
+    const int32_t* c = cu.data_ptr<int32_t>();
+    pb.cu_seqlens.assign(c, c + S + 1);
   }
-  const int32_t* c = cu_host.data_ptr<int32_t>();
-  pb.cu_seqlens.assign(c, c + S + 1);
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",
                     num(pb.cu_seqlens[0]));
   for (int64_t i = 0; i < S; ++i) {
