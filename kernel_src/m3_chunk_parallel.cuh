@@ -294,6 +294,19 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     }
   }
 #endif
+#if M3_FRAG_DS
+  // The backward reads the final state's gradient, like every state gradient, in fragment order
+  // from the slot after the sequence's last chunk (the workspace has one slot to spare for it).
+  if (chunks > 0 && p.dfinal_ssm && !p.forward_only) {
+    const float* src = p.dfinal_ssm + row * P * N;
+    float4* dst = reinterpret_cast<float4*>(p.ws_dstates + (static_cast<long long>(sh.chunk_base + chunks) * H + h) * P * N);
+    for (int q = threadIdx.x; q < P * N / 4; q += NT) {
+      const int r = q / (N / 4), pos = 4 * (q % (N / 4));
+      const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
+      dst[q] = make_float4(in[0], in[8], in[16], in[24]);
+    }
+  }
+#endif
   if (sh.len == 0) {
     for (int e = threadIdx.x; e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
     for (int e = threadIdx.x; e < N; e += NT) p.final_k[row * N + e] = 0.f;
@@ -333,24 +346,87 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
   chunk_state_contribution(s, upd);
 
   // The state entering the chunk, then at once the state leaving it (the next chunk waits for it).
+#if M3_CP_FWD_GLOBAL_STATE
+  if (j > 0) wait_for(forward_flags(p) + slot - H);
+  s.gst = j == 0 ? nullptr : p.ws_states + slot * P * N;
+  {
+    const float alpha = s.vv(kVecE)[len - 1];
+    float* out = last ? p.final_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N
+                      : p.ws_states + (slot + H) * P * N;
+    // The entering state's words are the accumulators' own (fragment order): two 16-byte loads per
+    // row, and as many stores; the final state goes out row-major.
+    upd.for_each_row([&](int i, int h, int r) {
+      float v[2][4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float4 st = s.st4_published(r, upd.n0 + 4 * frag_word(2 * upd.t + e));
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) v[e][jj] = alpha * quad_at(st, jj) + upd.acc[i][jj][2 * h + e];
+      }
+      if (!last) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          *reinterpret_cast<float4*>(out + r * N + upd.n0 + 4 * frag_word(2 * upd.t + e)) =
+              make_float4(v[e][0], v[e][1], v[e][2], v[e][3]);
+        }
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          *reinterpret_cast<float2*>(out + r * N + upd.n0 + 8 * jj + 2 * upd.t) = make_float2(v[0][jj], v[1][jj]);
+        }
+      }
+    });
+  }
+#else
   if (j == 0) {
     zero_state(s.st);
   } else {
     wait_for(forward_flags(p) + slot - H);
+#if M3_CP_FRAG_STATES
+    stage_state_frag(p.ws_states + slot * P * N, s.st);
+#else
     stage_state<true>(p.ws_states + slot * P * N, s.st);
+#endif
   }
   __syncthreads();
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = last ? p.final_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N
                     : p.ws_states + (slot + H) * P * N;
 #if M3_PAIRED_STATE_STORES
-  upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
-    const float2 st = *reinterpret_cast<const float2*>(s.st + r * LDN + c);
-    *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * st.x + acc0, alpha * st.y + acc1);
-  });
+  const auto store_row_major = [&] {
+    upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
+      const float2 st = *reinterpret_cast<const float2*>(s.st + r * LDN + c);
+      *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * st.x + acc0, alpha * st.y + acc1);
+    });
+  };
+#endif
+#if M3_CP_FRAG_STATES
+  if (!last) {
+    // In fragment order: a thread's eight columns of a row (8 j + 2 t + e, j = 0..3, e = 0..1)
+    // are two 16-byte words. The final state goes out row-major, below.
+    upd.for_each_row([&](int i, int h, int r) {
+      float v[2][4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const float2 st = *reinterpret_cast<const float2*>(s.st + r * LDN + upd.n0 + 8 * jj + 2 * upd.t);
+        v[0][jj] = alpha * st.x + upd.acc[i][jj][2 * h];
+        v[1][jj] = alpha * st.y + upd.acc[i][jj][2 * h + 1];
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        *reinterpret_cast<float4*>(out + r * N + upd.n0 + 4 * frag_word(2 * upd.t + e)) =
+            make_float4(v[e][0], v[e][1], v[e][2], v[e][3]);
+      }
+    });
+  } else {
+    store_row_major();
+  }
+#elif M3_PAIRED_STATE_STORES
+  store_row_major();
 #else
   upd.for_each([&](int r, int c, float acc) { out[r * N + c] = alpha * s.st[r * LDN + c] + acc; });
 #endif
+#endif  // M3_CP_FWD_GLOBAL_STATE
   if (!last) publish(forward_flags(p) + slot);
 
   forward_outputs(p, sh, s, a, len);
@@ -399,7 +475,12 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if M3_CP_GLOBAL_STATES
   s.gst = j == 0 ? nullptr : p.ws_states + slot * P * N;
   if (last) {
+#if M3_FRAG_DS
+    // m3_cp_angles left the final state's gradient there, in fragment order.
+    s.gds = p.dfinal_ssm ? p.ws_dstates + (slot + H) * P * N : nullptr;
+#else
     s.gds = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N : nullptr;
+#endif
   } else {
     wait_for(backward_flags(p) + slot + H);
     s.gds = p.ws_dstates + (slot + H) * P * N;
@@ -407,7 +488,63 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = p.ws_dstates + slot * P * N;
   float part = 0.f;
-#if M3_CP_CONFLICT_FREE
+#if M3_FRAG_DS
+  // The gradients (and under M3_CP_FRAG_STATES the state) in fragment order: per row a thread
+  // holds two 16-byte words of each. All loads of a row pair come before its arithmetic, which
+  // keeps CONFLICT_FREE's order (j, h, e within i) for `part`; the stores follow in a second pass.
+#pragma unroll
+  for (int i = 0; i < StateTile::MT; ++i) {
+    float4 old[2][2];
+#if M3_FRAG_ST
+    float4 st[2][2];
+#else
+    float2 st[2][StateTile::NTL];  // row-major: columns n0 + 8 j + 2 t and the next
+#endif
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = upd.m0 + i * 16 + upd.g + (h << 3);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int pos = upd.n0 + 4 * frag_word(2 * upd.t + e);
+        old[h][e] = s.ds4(r, pos);
+#if M3_FRAG_ST
+        st[h][e] = s.st4(r, pos);
+#endif
+      }
+#if !M3_FRAG_ST
+#pragma unroll
+      for (int jj = 0; jj < StateTile::NTL; ++jj) {
+        st[h][jj] = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + upd.n0 + 8 * jj + 2 * upd.t))
+                          : make_float2(0.f, 0.f);
+      }
+#endif
+    }
+#pragma unroll
+    for (int jj = 0; jj < StateTile::NTL; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float o = quad_at(old[h][e], jj);
+#if M3_FRAG_ST
+          part = fmaf(o, quad_at(st[h][e], jj), part);
+#else
+          part = fmaf(o, e ? st[h][jj].y : st[h][jj].x, part);
+#endif
+          upd.acc[i][jj][2 * h + e] = alpha * o + upd.acc[i][jj][2 * h + e];
+        }
+  }
+  if (j > 0) {
+    upd.for_each_row([&](int i, int h, int r) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        *reinterpret_cast<float4*>(out + r * N + upd.n0 + 4 * frag_word(2 * upd.t + e)) =
+            make_float4(upd.acc[i][0][2 * h + e], upd.acc[i][1][2 * h + e], upd.acc[i][2][2 * h + e],
+                        upd.acc[i][3][2 * h + e]);
+      }
+    });
+  }
+#elif M3_CP_CONFLICT_FREE
   // The accumulators become the new gradient in place, and the stores follow in a second pass:
   // no load waits behind a store.
   upd.for_each_pair([&](int r, int c, float& acc0, float& acc1) {

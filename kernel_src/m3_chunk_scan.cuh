@@ -97,6 +97,43 @@
 #if M3_CP_CONFLICT_FREE && !M3_CP_GLOBAL_STATES
 #error "M3_CP_CONFLICT_FREE builds on M3_CP_GLOBAL_STATES"
 #endif
+// M3_CP_FRAG_STATES (v27): the states in the workspace, and the state gradients, in the order the
+// tensor-core fragments read them (frag_pos): the backward's three products that read them from
+// global memory, and the state updates, move 16 bytes per load and store instead of 4 or 8
+// (run 28: those scalar loads were 11% of the backward's instructions and of its stall samples).
+// Results bitwise M3_CP_CONFLICT_FREE's. The gradient of a final state, row-major from the caller,
+// is reordered by m3_cp_angles into the slot after the sequence's last chunk.
+#ifndef M3_CP_FRAG_STATES
+#define M3_CP_FRAG_STATES 0
+#endif
+// M3_CP_FRAG_DSTATES (v33): only the state gradients in fragment order (v29's word order); the
+// states stay row-major, so the forward is v25's (v27 to v31's forwards lost 10 to 17% to the
+// reordering, runs 31 to 34, for no gain of their own).
+#ifndef M3_CP_FRAG_DSTATES
+#define M3_CP_FRAG_DSTATES 0
+#endif
+#define M3_FRAG_ST M3_CP_FRAG_STATES                              // the states in fragment order
+#define M3_FRAG_DS (M3_CP_FRAG_STATES || M3_CP_FRAG_DSTATES)      // the state gradients
+#if M3_FRAG_DS && (!M3_CP_CONFLICT_FREE || M3_SPLIT_TF32 || !M3_USE_MMA)
+#error "M3_CP_FRAG_STATES and M3_CP_FRAG_DSTATES build on M3_CP_CONFLICT_FREE, with plain tf32 tensor-core products"
+#endif
+#if M3_CP_FRAG_STATES && M3_CP_FRAG_DSTATES
+#error "M3_CP_FRAG_DSTATES is M3_CP_FRAG_STATES without the states: one or the other"
+#endif
+#if defined(M3_CP_FULL_SECTORS) && M3_CP_FULL_SECTORS && !M3_FRAG_DS
+#error "M3_CP_FULL_SECTORS builds on M3_CP_FRAG_STATES or M3_CP_FRAG_DSTATES"
+#endif
+// M3_CP_FWD_GLOBAL_STATE (v31): the forward reads the state entering its chunk straight from the
+// workspace, in fragment order, as the backward does: the update as 16-byte words that match its
+// accumulators, the inter-chunk product through mac_frag_rows. No shared state tile, so no
+// staging between the wait and the publish (run 33: re-ordering it into shared memory was 10% of
+// v29's forward stall samples). Results bitwise v29's.
+#ifndef M3_CP_FWD_GLOBAL_STATE
+#define M3_CP_FWD_GLOBAL_STATE 0
+#endif
+#if M3_CP_FWD_GLOBAL_STATE && !(M3_CP_FULL_SECTORS && M3_CP_LEAN_FORWARD)
+#error "M3_CP_FWD_GLOBAL_STATE builds on M3_CP_FULL_SECTORS and M3_CP_LEAN_FORWARD"
+#endif
 #if !defined(M3_CHUNK) || !defined(M3_N) || !defined(M3_P) || !defined(M3_A) || \
     !defined(M3_THREADS) || !defined(M3_SEQ_BUCKET) || !defined(M3_USE_MMA) || !defined(M3_PAD)
 #error "m3_chunk_scan.cuh needs M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET, M3_USE_MMA, M3_PAD"
@@ -119,7 +156,7 @@ constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row 
 M3_DEV int angle_index(int e, int t) { return LDA == A ? e : t * LDA + e % A; }
 constexpr int NPAIR = N / 2;
 constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A);
-constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, false, LDA - A);
+constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, M3_CP_FWD_GLOBAL_STATE, LDA - A);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -213,6 +250,40 @@ M3_DEV void stage_state(const float* src, float* dst) {
     *reinterpret_cast<float4*>(dst + (e / N) * LDN + (e % N)) = u[it];
   }
 }
+
+#if M3_CP_FRAG_STATES
+// A P x N state in fragment order (frag_word), just published by another CTA (read from L2), into
+// row-major padded shared rows. A warp's load covers 8 rows x 64 bytes (whole sectors); its four
+// scattered stores hit 32 banks each with LDN = 4 (mod 32): row r_lo adds 4 r_lo, the word's
+// columns g + 8 i add g.
+M3_DEV void stage_state_frag(const float* src, float* dst) {
+  constexpr int ITERS = P * N / 4 / NT, ROW_GROUPS = P / 8, BLOCKS = N / 32;
+  static_assert(ITERS * NT * 4 == P * N && ROW_GROUPS * BLOCKS * 2 == NW * ITERS, "state must split evenly");
+  static_assert(LDN % 32 == 4, "the store pattern is conflict-free for LDN = 4 (mod 32)");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const auto place = [&](int it, int& r, int& b, int& g) {
+    const int c = warp + NW * it;
+    r = 8 * (c % ROW_GROUPS) + (lane & 7);
+    b = (c / ROW_GROUPS) % BLOCKS;
+    g = 4 * (c / (ROW_GROUPS * BLOCKS)) + (lane >> 3);
+  };
+  float4 u[ITERS];
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    int r, b, g;
+    place(it, r, b, g);
+    u[it] = __ldcg(reinterpret_cast<const float4*>(src + r * N + 32 * b + 4 * frag_word(g)));
+  }
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    int r, b, g;
+    place(it, r, b, g);
+    float* row = dst + r * LDN + 32 * b + g;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) row[8 * i] = quad_at(u[it], i);
+  }
+}
+#endif
 #endif
 
 struct Smem {
@@ -240,6 +311,19 @@ struct Smem {
   M3_DEV float st_at(int r, int c) const { return gst ? __ldg(gst + r * N + c) : 0.f; }
   // Published by another CTA of this kernel: read from L2, never from a stale L1 line.
   M3_DEV float ds_at(int r, int c) const { return gds ? __ldcg(gds + r * N + c) : 0.f; }
+#endif
+#if M3_FRAG_DS
+  // The 16-byte words at row r, position pos of the states in fragment order (frag_word).
+  M3_DEV float4 st4(int r, int pos) const {
+    return gst ? __ldg(reinterpret_cast<const float4*>(gst + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  M3_DEV float4 ds4(int r, int pos) const {
+    return gds ? __ldcg(reinterpret_cast<const float4*>(gds + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  // The forward's entering state, published by another CTA of the same kernel: from L2 as well.
+  M3_DEV float4 st4_published(int r, int pos) const {
+    return gst ? __ldcg(reinterpret_cast<const float4*>(gst + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 #endif
   M3_DEV float* vv(int which) { return vec + which * C; }
   M3_DEV float* phi_carry() { return vec + kVecCount * C; }
@@ -680,7 +764,8 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
   build_mixing(s, len);
 }
 
-// y = intra-chunk part + e * (state entering the chunk, in s.st) qr + skip terms, then the gate:
+// y = intra-chunk part + e * (state entering the chunk: s.st, or s.gst under M3_CP_FWD_GLOBAL_STATE) qr
+// + skip terms, then the gate:
 // output and dz.
 M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
   const int H = p.H;
@@ -690,8 +775,13 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
     Tile<C, P, C / 16, 4> intra, inter;
     intra.template mac<C>([&](int r, int k) { return s.m[r * LDC + k]; },
                           [&](int k, int c) { return s.v[k * LDP + c]; });
+#if M3_CP_FWD_GLOBAL_STATE
+    inter.template mac_frag_rows<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
+                                    [&](int r, int pos) { return s.st4_published(r, pos); });
+#else
     inter.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
                           [&](int k, int c) { return s.st[c * LDN + k]; });
+#endif
     const float* qkraw = s.vv(kVecQkRaw);
     const float* gam = s.vv(kVecGam);
     zip_for_each(intra, inter, [&](int r, int c, float acc_intra, float acc_inter) {
@@ -1117,7 +1207,10 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
   {
     Tile<C, P, C / 16, 4> stp, intra;
-#if M3_CP_GLOBAL_STATES
+#if M3_FRAG_DS
+    stp.template mac_frag_rows<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
+                                  [&](int r, int pos) { return s.ds4(r, pos); });
+#elif M3_CP_GLOBAL_STATES
     stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; }, [&](int k, int c) { return s.ds_at(c, k); });
 #else
     stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
@@ -1196,7 +1289,10 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
   {
     Tile<C, N, C / 16, 8> inter, intra;
-#if M3_CP_GLOBAL_STATES
+#if M3_FRAG_ST
+    inter.template mac_frag_cols<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+                                    [&](int r, int pos) { return s.st4(r, pos); });
+#elif M3_CP_GLOBAL_STATES
     inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
                                 [&](int k, int c) { return s.st_at(k, c); });
 #else
@@ -1253,7 +1349,10 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     Tile<C, N, C / 16, 8> intra, stp;
     intra.template mac_exact<C>([&](int r, int k) { return s.x[k * LDC + r]; },
                           [&](int k, int c) { return s.qr[k * LDN + c]; });
-#if M3_CP_GLOBAL_STATES
+#if M3_FRAG_DS
+    stp.template mac_frag_cols<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+                                  [&](int r, int pos) { return s.ds4(r, pos); });
+#elif M3_CP_GLOBAL_STATES
     stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
                               [&](int k, int c) { return s.ds_at(k, c); });
 #else

@@ -221,6 +221,27 @@ M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
   small = __float_as_uint(x - __uint_as_float(b)) + 0x1000u;
 }
 
+// The P x N states handed from chunk to chunk in fragment order (M3_CP_FRAG_STATES, and
+// M3_CP_FRAG_DSTATES for the state gradients alone): every 32
+// columns form eight 16-byte words, and word frag_word(g) holds the columns g + 8 i, i = 0..3. A
+// tensor-core fragment reads, per thread, the columns g + 8 i of one row (four n-tiles) or
+// t + 8 i (four k-steps): in this order each is one 16-byte load, where the row-major order
+// needs four scattered 4-byte loads.
+#ifndef M3_CP_FULL_SECTORS
+#define M3_CP_FULL_SECTORS 0
+#endif
+// v27: word g. M3_CP_FULL_SECTORS (v29): the words of g = 2 t and 2 t + 1 four apart, so that the
+// four lanes of a row that store their g = 2 t words, and then their g = 2 t + 1 words, each
+// write 64 contiguous bytes: whole 32-byte sectors per store instruction where v27 writes half of
+// every sector twice (run 31: its forward, whose chunk chain waits on those stores, lost about
+// 1 us per chunk).
+M3_DEV int frag_word(int g) { return M3_CP_FULL_SECTORS ? ((g & 1) << 2) | (g >> 1) : g; }
+// The inverse: the g whose columns word w holds.
+M3_DEV int frag_col(int w) { return M3_CP_FULL_SECTORS ? ((w & 3) << 1) | (w >> 2) : w; }
+
+// v's component s, for an s the unrolled loops know at compile time.
+M3_DEV float quad_at(const float4& v, int s) { return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w; }
+
 template <int M, int NC, int NT>
 struct MmaTile {
   static_assert(NT == 256, "MmaTile lays 8 warps out 2 x 4");
@@ -274,6 +295,76 @@ struct MmaTile {
     }
   }
 
+  // acc += A B with B(k, c) = S[c][k], S a state in fragment order whose 16-byte word at row r,
+  // position pos (a multiple of 4) ld4(r, pos) returns: a thread's b fragments of four k-steps
+  // are two words per n-tile. The products, and their order, are mac's.
+  template <int K, class FA, class LD4>
+  M3_DEV void mac_frag_rows(FA fa, LD4 ld4) {
+    static_assert(K % 32 == 0, "K must be a multiple of 32");
+    M3_MAC_UNROLL
+    for (int k32 = 0; k32 < K; k32 += 32) {
+      float4 lo[NTL], hi[NTL];
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const int c = n0 + j * 8 + g;
+        lo[j] = ld4(c, k32 + 4 * frag_word(t));      // columns k32 + 8 s + t
+        hi[j] = ld4(c, k32 + 4 * frag_word(t + 4));  // columns k32 + 8 s + t + 4
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int k0 = k32 + 8 * s;
+        unsigned a[MT][4], b[NTL][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const int r = m0 + i * 16 + g;
+          a[i][0] = to_tf32(fa(r, k0 + t));
+          a[i][1] = to_tf32(fa(r + 8, k0 + t));
+          a[i][2] = to_tf32(fa(r, k0 + t + 4));
+          a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
+        }
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) {
+          b[j][0] = to_tf32(quad_at(lo[j], s));
+          b[j][1] = to_tf32(quad_at(hi[j], s));
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+      }
+    }
+  }
+
+  // acc += A B with B(k, c) = S[k][c], S in fragment order (ld4 as above): a thread's four
+  // n-tiles of one k row are one 16-byte word. The products, and their order, are mac's.
+  template <int K, class FA, class LD4>
+  M3_DEV void mac_frag_cols(FA fa, LD4 ld4) {
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    static_assert(NTL == 4, "one 16-byte word holds a thread's four n-tiles");
+    M3_MAC_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      unsigned a[MT][4], b[NTL][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = m0 + i * 16 + g;
+        a[i][0] = to_tf32(fa(r, k0 + t));
+        a[i][1] = to_tf32(fa(r + 8, k0 + t));
+        a[i][2] = to_tf32(fa(r, k0 + t + 4));
+        a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
+      }
+      const float4 b0 = ld4(k0 + t, n0 + 4 * frag_word(g)), b1 = ld4(k0 + t + 4, n0 + 4 * frag_word(g));
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        b[j][0] = to_tf32(quad_at(b0, j));
+        b[j][1] = to_tf32(quad_at(b1, j));
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+
 #if M3_SPLIT_TF32
   // acc += A B to about fp32 accuracy: each operand x = big + small with both halves tf32
   // (big keeps x's top 11 significant bits, small the next 11), and three products
@@ -317,6 +408,16 @@ struct MmaTile {
     mac<K>(fa, fb);
   }
 #endif
+
+  // f(i, h, row) for the rows a thread holds: row m0 + 16 i + g + 8 h, whose accumulators are
+  // acc[i][j][2 h] and acc[i][j][2 h + 1] (columns n0 + 8 j + 2 t and the one after).
+  template <class F>
+  M3_DEV void for_each_row(F f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) f(i, h, m0 + i * 16 + g + (h << 3));
+  }
 
   // f(row, col, acc at col, acc at col + 1), col even: the two columns a thread holds side by
   // side, for 8-byte accesses. Elements in memory order (zip_for_each relies on it).

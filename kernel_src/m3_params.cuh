@@ -97,8 +97,9 @@ static constexpr int m3_take(int& offset, int n) {
 // The chunk scan's shared memory, in floats. With `forward_only` (the forward kernel of the
 // chunk-parallel variants) the state-gradient, dM, dks and dphi tiles are left out (-1) and t1 is
 // only C x P: small enough for two CTAs per SM, about 110 KB at C = 32. With `global_states` (the
-// backward of variants that read the states from global memory, M3_CP_GLOBAL_STATES) neither state
-// tile is there: about 107 KB at C = 32, two CTAs per SM as well.
+// backward of variants that read the states from global memory, M3_CP_GLOBAL_STATES, and the
+// forward of M3_CP_FWD_GLOBAL_STATE) neither state tile is there: about 107 KB at C = 32 for the
+// backward, two CTAs per SM as well.
 // `angle_pad` floats pad each row of the angle tiles (phi, th, dphi; M3_CP_CONFLICT_FREE).
 static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only,
                                         bool global_states = false, int angle_pad = 0) {

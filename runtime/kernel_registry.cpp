@@ -23,7 +23,11 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v19", 32, 256}, OpConfig{"v20", 32, 256},
                                                 OpConfig{"v21", 32, 256}, OpConfig{"v22", 32, 256},
                                                 OpConfig{"v23", 32, 256}, OpConfig{"v24", 32, 256},
-                                                OpConfig{"v25", 32, 256}, OpConfig{"v26", 32, 256}};
+                                                OpConfig{"v25", 32, 256}, OpConfig{"v26", 32, 256},
+                                                OpConfig{"v27", 32, 256}, OpConfig{"v28", 32, 256},
+                                                OpConfig{"v29", 32, 256}, OpConfig{"v30", 32, 256},
+                                                OpConfig{"v31", 32, 256}, OpConfig{"v32", 32, 256},
+                                                OpConfig{"v33", 32, 256}, OpConfig{"v34", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -37,7 +41,9 @@ struct Dispatch {
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
-                              {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"}};
+                              {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"},
+                              {"v28", "v27", "v8"}, {"v30", "v29", "v8"},
+                              {"v32", "v31", "v8"}, {"v34", "v33", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -129,8 +135,14 @@ int seq_bucket(long long num_seqs) {
 // backward's barriers that guard nothing (M3_CP_TRIMS2); v23: v21 whose backward reads the states
 // from global memory instead of shared tiles (M3_CP_GLOBAL_STATES), two CTAs per SM; v25: v23 with
 // the bank conflicts and the serialized loads run 28's profile found removed (M3_CP_CONFLICT_FREE),
-// results bitwise v23's. v9, v12, v14, v16, v18, v20, v22, v24 and v26 have no kernels of their own
-// (kDispatch).
+// results bitwise v23's; v27: v25 with the states handed between chunks, and their gradients, in
+// the tensor-core fragments' order (M3_CP_FRAG_STATES), read and written 16 bytes at a time,
+// results bitwise v25's; v29: v27 storing whole 32-byte sectors per instruction
+// (M3_CP_FULL_SECTORS), results bitwise v27's; v31: v29 whose forward reads the entering state from
+// the workspace too (M3_CP_FWD_GLOBAL_STATE), no shared state tile, results bitwise v29's; v33: v25
+// with only the state gradients in v29's fragment order (M3_CP_FRAG_DSTATES), the forward v25's,
+// results bitwise v25's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32 and v34 have no
+// kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -151,6 +163,10 @@ struct VariantTraits {
   bool trims2 = false;
   bool global_states = false;
   bool conflict_free = false;
+  bool frag_states = false;
+  bool full_sectors = false;
+  bool fwd_global_state = false;
+  bool frag_dstates = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -163,22 +179,28 @@ VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  // From v15 on each variant is its predecessor with one more switch.
+  // From v15 on each variant is its predecessor with one more switch (v33: two).
   struct Derived {
     const char* variant;
     const char* base;
     bool VariantTraits::*adds;
+    bool VariantTraits::*also = nullptr;
   };
   static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
                                     {"v17", "v15", &VariantTraits::prefetch},
                                     {"v19", "v15", &VariantTraits::frag_sums},
                                     {"v21", "v19", &VariantTraits::trims2},
                                     {"v23", "v21", &VariantTraits::global_states},
-                                    {"v25", "v23", &VariantTraits::conflict_free}};
+                                    {"v25", "v23", &VariantTraits::conflict_free},
+                                    {"v27", "v25", &VariantTraits::frag_states},
+                                    {"v29", "v27", &VariantTraits::full_sectors},
+                                    {"v31", "v29", &VariantTraits::fwd_global_state},
+                                    {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
     t.*(d.adds) = true;
+    if (d.also != nullptr) t.*(d.also) = true;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
@@ -236,6 +258,10 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.trims2) src.options.push_back("-DM3_CP_TRIMS2=1");
   if (tr.global_states) src.options.push_back("-DM3_CP_GLOBAL_STATES=1");
   if (tr.conflict_free) src.options.push_back("-DM3_CP_CONFLICT_FREE=1");
+  if (tr.frag_states) src.options.push_back("-DM3_CP_FRAG_STATES=1");
+  if (tr.frag_dstates) src.options.push_back("-DM3_CP_FRAG_DSTATES=1");
+  if (tr.full_sectors) src.options.push_back("-DM3_CP_FULL_SECTORS=1");
+  if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
   src.arch = arch;
   return src;
 }
@@ -261,7 +287,9 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
 std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
-std::size_t forward_smem_bytes(const OpConfig& c) { return layout_bytes(c, traits(c).lean_forward, false); }
+std::size_t forward_smem_bytes(const OpConfig& c) {
+  return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state);
+}
 
 std::vector<KernelSource> all_specializations(const std::string& arch) {
   std::vector<KernelSource> all;

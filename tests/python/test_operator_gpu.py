@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "v32", "v33", "v34"]
 
 
 def _run(case, variant="v1"):
@@ -127,53 +127,42 @@ def test_runs_on_current_stream():
     _check(case, result=result)
 
 
-def test_lean_tensor_core_operands_match_cvt_rna_bitwise():
-    """v7 rounds the tf32 operands with one integer add where v5 uses cvt.rna; for finite values
-    both give the tensor cores the same bits, so every result must match v5 bit for bit."""
-    case = make_case([959, 300, 64, 1], seed=31, device="cuda")
-    ref = _run(case, "v5")
-    lean = _run(case, "v7")
-    for name, a, b in zip(RESULT_NAMES, ref, lean):
-        assert torch.equal(a, b), f"{name} differs between v5 and v7"
+# Variants that change how values are computed or where they sit, never which products are
+# summed in which order: every result must match the predecessor bit for bit. The cases cover
+# partial chunks, a one-token sequence, an empty one, and (through make_case) the final-state
+# cotangents.
+BITWISE_TWINS = [
+    # the tf32 operands rounded by one integer add instead of cvt.rna: the same bits for finite values
+    ("v5", "v7", [959, 300, 64, 1], 31),
+    # the input tiles from one cp.async prefetch instead of phase-by-phase loads
+    ("v15", "v17", [959, 300, 0, 64, 1, 33], 37),
+    # the entering state and the state gradient read from global memory instead of shared tiles
+    ("v21", "v23", [959, 300, 0, 64, 1, 33], 41),
+    # padded angle rows, the gradient update's loads before its stores, 16-byte bias partials
+    ("v23", "v25", [959, 300, 0, 64, 1, 33], 43),
+    # the states and their gradients in fragment order, read and written 16 bytes at a time
+    ("v25", "v27", [959, 300, 0, 64, 1, 33], 47),
+    # the fragment-order words placed so that every store instruction writes whole sectors
+    ("v27", "v29", [959, 300, 0, 64, 1, 33], 53),
+    # the forward's entering state read from the workspace instead of a shared tile
+    ("v29", "v31", [959, 300, 0, 64, 1, 33], 59),
+    # only the state gradients in fragment order
+    ("v25", "v33", [959, 300, 0, 64, 1, 33], 61),
+]
 
 
-def test_prefetched_inputs_match_staged_inputs_bitwise():
-    """v17 takes its input tiles from a cp.async prefetch where v15 loads them phase by phase; the
-    values and the arithmetic are the same, so every result must match v15 bit for bit. Covers
-    partial chunks, a one-token sequence and the chunk after an empty one."""
-    case = make_case([959, 300, 0, 64, 1, 33], seed=37, device="cuda")
-    ref = _run(case, "v15")
-    pre = _run(case, "v17")
-    for name, a, b in zip(RESULT_NAMES, ref, pre):
-        assert torch.equal(a, b), f"{name} differs between v15 and v17"
-
-
-def test_states_from_global_memory_match_shared_tiles_bitwise():
-    """v23 reads the entering state and the state gradient from global memory where v21 stages
-    them in shared memory; the operands, and so every product, are the same: every result must
-    match v21 bit for bit, over partial chunks, a one-token sequence, an empty one, and a final
-    state cotangent."""
-    case = make_case([959, 300, 0, 64, 1, 33], seed=41, device="cuda")
-    ref = _run(case, "v21")
-    glob = _run(case, "v23")
-    for name, a, b in zip(RESULT_NAMES, ref, glob):
-        assert torch.equal(a, b), f"{name} differs between v21 and v23"
-
-
-def test_conflict_free_accesses_match_v23_bitwise():
-    """v25 changes only where values sit in shared memory (padded angle rows), when the state
-    gradient update issues its loads, and how wide the bias partials are stored: every result must
-    match v23 bit for bit, over partial chunks, a one-token sequence, an empty one, and a final
-    state cotangent."""
-    case = make_case([959, 300, 0, 64, 1, 33], seed=43, device="cuda")
-    ref = _run(case, "v23")
-    got = _run(case, "v25")
+@pytest.mark.parametrize("reference,variant,seq_lens,seed", BITWISE_TWINS,
+                         ids=[f"{v}_is_{r}" for r, v, _, _ in BITWISE_TWINS])
+def test_bitwise_twin_variants(reference, variant, seq_lens, seed):
+    case = make_case(seq_lens, seed=seed, device="cuda")
+    ref = _run(case, reference)
+    got = _run(case, variant)
     for name, a, b in zip(RESULT_NAMES, ref, got):
-        assert torch.equal(a, b), f"{name} differs between v23 and v25"
+        assert torch.equal(a, b), f"{name} differs between {reference} and {variant}"
 
 
 @pytest.mark.parametrize("variant,fast",
-                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25")])
+                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25"), ("v28", "v27"), ("v30", "v29"), ("v32", "v31"), ("v34", "v33")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
     """The dispatch-only variants: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
@@ -188,7 +177,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25", "v27", "v29", "v31", "v33"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
