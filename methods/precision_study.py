@@ -27,14 +27,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from mamba3_jit import harness as Hn  # noqa: E402
 from mamba3_jit import reference as R  # noqa: E402
 
-SIGNIFICANT_BITS = {"tf32": 11, "bf16": 8}
+SIGNIFICANT_BITS = {"tf32": 11, "bf16": 8, "tf32rz": 11}
 
 
-def round_to(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """x rounded to `bits` significant bits (round to nearest even); range is not limited, as
-    tf32 and bf16 share fp32's exponent range."""
+def round_to(x: torch.Tensor, bits: int, toward_zero: bool = False) -> torch.Tensor:
+    """x rounded to `bits` significant bits (round to nearest even, or toward zero: what a tensor
+    core does with fp32 bits it is handed unrounded); range is not limited, as tf32 and bf16 share
+    fp32's exponent range."""
     m, e = torch.frexp(x)
-    return torch.ldexp(torch.round(m * 2.0 ** bits) / 2.0 ** bits, e)
+    scaled = m * 2.0 ** bits
+    return torch.ldexp((torch.trunc(scaled) if toward_zero else torch.round(scaled)) / 2.0 ** bits, e)
 
 
 def operand_product(fmt: str):
@@ -44,7 +46,8 @@ def operand_product(fmt: str):
     split = fmt.endswith("x3")
     bits = SIGNIFICANT_BITS[fmt[:-2] if split else fmt]
     if not split:
-        return lambda a, b: round_to(a, bits) @ round_to(b, bits)
+        rz = fmt == "tf32rz"
+        return lambda a, b: round_to(a, bits, rz) @ round_to(b, bits, rz)
 
     def product(a, b):
         ah, bh = round_to(a, bits), round_to(b, bits)
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="c00,c06", help="visible cases by name (comma-separated)")
     ap.add_argument("--formats", default="fp64,tf32,tf32x3,bf16,bf16x3",
-                    help="comma-separated; fp64, tf32, bf16, tf32x3, bf16x3 or mix=F/F/F/F")
+                    help="comma-separated; fp64, tf32, tf32rz (toward zero), bf16, tf32x3, bf16x3 or mix=F/F/F/F")
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--long", type=int, default=0, help="also one sequence of this many tokens")
     ap.add_argument("--json", help="write the table here")
