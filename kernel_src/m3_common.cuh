@@ -222,11 +222,10 @@ M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
 }
 
 // The P x N states handed from chunk to chunk in fragment order (M3_CP_FRAG_STATES, and
-// M3_CP_FRAG_DSTATES for the state gradients alone): every 32
-// columns form eight 16-byte words, and word frag_word(g) holds the columns g + 8 i, i = 0..3. A
-// tensor-core fragment reads, per thread, the columns g + 8 i of one row (four n-tiles) or
-// t + 8 i (four k-steps): in this order each is one 16-byte load, where the row-major order
-// needs four scattered 4-byte loads.
+// M3_CP_FRAG_DSTATES for the state gradients alone): every 32 columns form eight 16-byte words,
+// and word frag_word(g) holds the columns g + 8 i, i = 0..3. A tensor-core fragment reads, per
+// thread, the columns g + 8 i of one row (four n-tiles) or t + 8 i (four k-steps): in this order
+// each is one 16-byte load, where the row-major order needs four scattered 4-byte loads.
 #ifndef M3_CP_FULL_SECTORS
 #define M3_CP_FULL_SECTORS 0
 #endif
@@ -295,6 +294,19 @@ struct MmaTile {
     }
   }
 
+  // The a fragments of k-step k0, rounded for the tensor cores (mac's loads, in mac's order).
+  template <class FA>
+  M3_DEV void a_fragments(FA fa, int k0, unsigned (&a)[MT][4]) const {
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int r = m0 + i * 16 + g;
+      a[i][0] = to_tf32(fa(r, k0 + t));
+      a[i][1] = to_tf32(fa(r + 8, k0 + t));
+      a[i][2] = to_tf32(fa(r, k0 + t + 4));
+      a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
+    }
+  }
+
   // acc += A B with B(k, c) = S[c][k], S a state in fragment order whose 16-byte word at row r,
   // position pos (a multiple of 4) ld4(r, pos) returns: a thread's b fragments of four k-steps
   // are two words per n-tile. The products, and their order, are mac's.
@@ -314,14 +326,7 @@ struct MmaTile {
       for (int s = 0; s < 4; ++s) {
         const int k0 = k32 + 8 * s;
         unsigned a[MT][4], b[NTL][2];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const int r = m0 + i * 16 + g;
-          a[i][0] = to_tf32(fa(r, k0 + t));
-          a[i][1] = to_tf32(fa(r + 8, k0 + t));
-          a[i][2] = to_tf32(fa(r, k0 + t + 4));
-          a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
-        }
+        a_fragments(fa, k0, a);
 #pragma unroll
         for (int j = 0; j < NTL; ++j) {
           b[j][0] = to_tf32(quad_at(lo[j], s));
@@ -344,14 +349,7 @@ struct MmaTile {
     M3_MAC_UNROLL
     for (int k0 = 0; k0 < K; k0 += 8) {
       unsigned a[MT][4], b[NTL][2];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const int r = m0 + i * 16 + g;
-        a[i][0] = to_tf32(fa(r, k0 + t));
-        a[i][1] = to_tf32(fa(r + 8, k0 + t));
-        a[i][2] = to_tf32(fa(r, k0 + t + 4));
-        a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
-      }
+      a_fragments(fa, k0, a);
       const float4 b0 = ld4(k0 + t, n0 + 4 * frag_word(g)), b1 = ld4(k0 + t + 4, n0 + 4 * frag_word(g));
 #pragma unroll
       for (int j = 0; j < NTL; ++j) {
