@@ -300,7 +300,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   // from the slot after the sequence's last chunk (the workspace has one slot to spare for it).
   if (chunks > 0 && p.dfinal_ssm && !p.forward_only) {
     const float* src = p.dfinal_ssm + row * P * N;
-    float4* dst = reinterpret_cast<float4*>(p.ws_dstates + (static_cast<long long>(sh.chunk_base + chunks) * H + h) * P * N);
+    const long long spare = static_cast<long long>(sh.chunk_base + chunks) * H + h;
+    float4* dst = reinterpret_cast<float4*>(p.ws_dstates + spare * P * N);
     for (int q = threadIdx.x; q < P * N / 4; q += NT) {
       const int r = q / (N / 4), pos = 4 * (q % (N / 4));
       const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
