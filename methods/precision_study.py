@@ -44,14 +44,14 @@ def operand_product(fmt: str):
     if fmt == "fp64":
         return torch.matmul
     split = fmt.endswith("x3")
-    bits = SIGNIFICANT_BITS[fmt[:-2] if split else fmt]
+    base = fmt[:-2] if split else fmt
+    bits, rz = SIGNIFICANT_BITS[base], base.endswith("rz")
     if not split:
-        rz = fmt == "tf32rz"
         return lambda a, b: round_to(a, bits, rz) @ round_to(b, bits, rz)
 
     def product(a, b):
-        ah, bh = round_to(a, bits), round_to(b, bits)
-        al, bl = round_to(a - ah, bits), round_to(b - bh, bits)
+        ah, bh = round_to(a, bits, rz), round_to(b, bits, rz)
+        al, bl = round_to(a - ah, bits, rz), round_to(b - bh, bits, rz)
         return ah @ bh + (ah @ bl + al @ bh)
     return product
 

@@ -161,8 +161,10 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // The chunk-parallel variants keep one partials row per chunk (the walkers one per sequence), the
   // state gradients and tail carries chunks hand on, and their tickets and flags.
   const int64_t partial_rows = chunk_parallel ? total_chunks : S;
-  // One slot more than the states: M3_CP_FRAG_STATES reorders each final state's gradient into the
-  // slot after its sequence's last chunk, which is past the chunks for the last sequence.
+  // One slot more than the states: the fragment-order variants (M3_CP_FRAG_STATES and
+  // M3_CP_FRAG_DSTATES, v27 on) reorder each final state's gradient into the slot after its
+  // sequence's last chunk, which is past the chunks for the last sequence. The other
+  // chunk-parallel variants leave the slot unused.
   const int64_t n_dstates = chunk_parallel && !forward_only ? n_states + H * P * N : 0;
   const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
   const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H : 0;  // ints, carved as floats
