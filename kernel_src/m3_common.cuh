@@ -187,7 +187,20 @@ struct RegTile {
 #ifndef M3_LEAN_MMA
 #define M3_LEAN_MMA 0
 #endif
-#if M3_LEAN_MMA
+#ifndef M3_TF32_TRUNCATE
+#define M3_TF32_TRUNCATE 0
+#endif
+#if M3_TF32_TRUNCATE && !M3_LEAN_MMA
+#error "M3_TF32_TRUNCATE builds on M3_LEAN_MMA"
+#endif
+#if M3_TF32_TRUNCATE
+// M3_TF32_TRUNCATE (v35): the fp32 bits as they are; the tensor core drops the 13 low ones, i.e.
+// rounds toward zero. The rounding add was 11% of the backward's instructions (run 33); the
+// precision study (methods/results/precision/tf32rz.txt) puts the worst rel-L2 at 2.3e-3 on c01
+// against 2.25e-3 rounding to nearest, 3.7e-3 against 3.6e-3 on one sequence of 4096 tokens.
+M3_DEV unsigned to_tf32(float x) { return __float_as_uint(x); }
+#define M3_MAC_UNROLL _Pragma("unroll")
+#elif M3_LEAN_MMA
 // Round to nearest, ties away, as cvt.rna does for every finite value: add half of tf32's last
 // place and let the tensor core drop the 13 low bits. One integer add instead of cvt.rna's
 // compare-and-add sequence, which was a fifth of v5's instructions; the operands, and so the

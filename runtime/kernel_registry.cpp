@@ -27,7 +27,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v27", 32, 256}, OpConfig{"v28", 32, 256},
                                                 OpConfig{"v29", 32, 256}, OpConfig{"v30", 32, 256},
                                                 OpConfig{"v31", 32, 256}, OpConfig{"v32", 32, 256},
-                                                OpConfig{"v33", 32, 256}, OpConfig{"v34", 32, 256}};
+                                                OpConfig{"v33", 32, 256}, OpConfig{"v34", 32, 256},
+                                                OpConfig{"v35", 32, 256}, OpConfig{"v36", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -43,7 +44,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
                               {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"},
                               {"v28", "v27", "v8"}, {"v30", "v29", "v8"},
-                              {"v32", "v31", "v8"}, {"v34", "v33", "v8"}};
+                              {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
+                              {"v36", "v35", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -141,8 +143,9 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_FULL_SECTORS), results bitwise v27's; v31: v29 whose forward reads the entering state from
 // the workspace too (M3_CP_FWD_GLOBAL_STATE), no shared state tile, results bitwise v29's; v33: v25
 // with only the state gradients in v29's fragment order (M3_CP_FRAG_DSTATES), the forward v25's,
-// results bitwise v25's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32 and v34 have no
-// kernels of their own (kDispatch).
+// results bitwise v25's; v35: v33 handing the tensor cores unrounded fp32 bits (M3_TF32_TRUNCATE:
+// tf32 toward zero, no rounding add). v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32,
+// v34 and v36 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -167,6 +170,7 @@ struct VariantTraits {
   bool full_sectors = false;
   bool fwd_global_state = false;
   bool frag_dstates = false;
+  bool tf32_truncate = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -195,7 +199,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v27", "v25", &VariantTraits::frag_states},
                                     {"v29", "v27", &VariantTraits::full_sectors},
                                     {"v31", "v29", &VariantTraits::fwd_global_state},
-                                    {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors}};
+                                    {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors},
+                                    {"v35", "v33", &VariantTraits::tf32_truncate}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -260,6 +265,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.conflict_free) src.options.push_back("-DM3_CP_CONFLICT_FREE=1");
   if (tr.frag_states) src.options.push_back("-DM3_CP_FRAG_STATES=1");
   if (tr.frag_dstates) src.options.push_back("-DM3_CP_FRAG_DSTATES=1");
+  if (tr.tf32_truncate) src.options.push_back("-DM3_TF32_TRUNCATE=1");
   if (tr.full_sectors) src.options.push_back("-DM3_CP_FULL_SECTORS=1");
   if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
   src.arch = arch;
