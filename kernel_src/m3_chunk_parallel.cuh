@@ -159,9 +159,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   {
-    // The two kernels after this one start from zeroed tickets and ready flags: zeroed here, in
-    // the kernel that precedes them on the stream, they cost the host no memset.
-    const long long words = 2 + 3LL * p.chunk_capacity * H;
+    // The two kernels after this one start from zeroed tickets and ready flags (everything up to
+    // the last tail flag): zeroed here, in the kernel that precedes them on the stream, they cost
+    // the host no memset.
+    const long long words = (tail_flags(p) - p.ws_sync) + static_cast<long long>(p.chunk_capacity) * H;
     const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
