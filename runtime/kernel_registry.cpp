@@ -28,7 +28,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v29", 32, 256}, OpConfig{"v30", 32, 256},
                                                 OpConfig{"v31", 32, 256}, OpConfig{"v32", 32, 256},
                                                 OpConfig{"v33", 32, 256}, OpConfig{"v34", 32, 256},
-                                                OpConfig{"v35", 32, 256}, OpConfig{"v36", 32, 256}};
+                                                OpConfig{"v35", 32, 256}, OpConfig{"v36", 32, 256},
+                                                OpConfig{"v37", 32, 256}, OpConfig{"v38", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -45,7 +46,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"},
                               {"v28", "v27", "v8"}, {"v30", "v29", "v8"},
                               {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
-                              {"v36", "v35", "v8"}};
+                              {"v36", "v35", "v8"}, {"v38", "v37", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -144,8 +145,9 @@ int seq_bucket(long long num_seqs) {
 // the workspace too (M3_CP_FWD_GLOBAL_STATE), no shared state tile, results bitwise v29's; v33: v25
 // with only the state gradients in v29's fragment order (M3_CP_FRAG_DSTATES), the forward v25's,
 // results bitwise v25's; v35: v33 handing the tensor cores unrounded fp32 bits (M3_TF32_TRUNCATE:
-// tf32 toward zero, no rounding add). v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32,
-// v34 and v36 have no kernels of their own (kDispatch).
+// tf32 toward zero, no rounding add); v37: v35 with the head and partial reductions spread wider
+// (M3_REDUCE_WIDE, dq and dk bitwise v35's). v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30,
+// v32, v34, v36 and v38 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -171,6 +173,7 @@ struct VariantTraits {
   bool fwd_global_state = false;
   bool frag_dstates = false;
   bool tf32_truncate = false;
+  bool wide_reductions = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -200,7 +203,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v29", "v27", &VariantTraits::full_sectors},
                                     {"v31", "v29", &VariantTraits::fwd_global_state},
                                     {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors},
-                                    {"v35", "v33", &VariantTraits::tf32_truncate}};
+                                    {"v35", "v33", &VariantTraits::tf32_truncate},
+                                    {"v37", "v35", &VariantTraits::wide_reductions}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -272,12 +276,23 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   return src;
 }
 
-KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
+bool uses_wide_reductions(const OpConfig& c) {
   require_known(c);
+  if (dispatch_only(c)) {
+    throw std::invalid_argument("mamba3_jit: variant " + c.variant +
+                                " has no kernels of its own; call resolve_kernels() first");
+  }
+  return traits(c).wide_reductions;
+}
+
+KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
+  const bool wide = uses_wide_reductions(c);
   KernelSource src;
-  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + "]";
+  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide]" : "]");
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
+  // Only where set, so that the other variants keep their options, and with them their keys.
+  if (wide) src.options.push_back("-DM3_REDUCE_WIDE=1");
   src.arch = arch;
   return src;
 }
@@ -308,12 +323,14 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
     if (dispatch_only(c)) continue;
     for (int b : kBuckets) all.push_back(scan_source(c, b, arch));
   }
-  // The reduce kernels depend only on the block size.
-  std::vector<int> threads_seen;
+  // The reduce kernels depend only on the block size and M3_REDUCE_WIDE.
+  std::vector<std::string> reduce_seen;
   for (const auto& c : known_configs()) {
-    if (std::find(threads_seen.begin(), threads_seen.end(), c.threads) != threads_seen.end()) continue;
-    threads_seen.push_back(c.threads);
-    all.push_back(reduce_source(c, arch));
+    if (dispatch_only(c)) continue;
+    KernelSource src = reduce_source(c, arch);
+    if (std::find(reduce_seen.begin(), reduce_seen.end(), src.name) != reduce_seen.end()) continue;
+    reduce_seen.push_back(src.name);
+    all.push_back(std::move(src));
   }
   return all;
 }

@@ -53,7 +53,10 @@ constexpr int64_t kExactProductsAboveLen = 4096;
 OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
+// The reduce kernels of a configuration with kernels of its own; with wide reductions
+// (M3_REDUCE_WIDE) m3_reduce_heads takes T * N / 4 threads and m3_reduce_partials an (H, 9) grid.
 KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");
+bool uses_wide_reductions(const OpConfig& config);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

@@ -289,13 +289,15 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
   }
   lc.dynamic_smem = 0;
+  const bool wide = uses_wide_reductions(run_config);
   if (T > 0) {
-    lc.grid[0] = static_cast<unsigned>((T * N + threads - 1) / threads);
+    const int64_t head_threads = wide ? T * N / 4 : T * N;
+    lc.grid[0] = static_cast<unsigned>((head_threads + threads - 1) / threads);
     lc.grid[1] = 1;
     reduce_heads.launch(lc, args);
   }
   lc.grid[0] = static_cast<unsigned>(H);
-  lc.grid[1] = 1;
+  lc.grid[1] = wide ? static_cast<unsigned>((2 * N + 1 + 31) / 32) : 1;
   reduce_partials.launch(lc, args);
 
   std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
