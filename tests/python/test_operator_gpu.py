@@ -171,7 +171,10 @@ def test_wide_reductions_change_only_the_bias_sums_order():
     reordered = {"dq_bias", "dk_bias", "dd"}
     for name, a, b in zip(RESULT_NAMES, ref, got):
         if name in reordered:
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}: v37 against v35")
+            # Element-wise tolerances would fail where a sum of large terms cancels; the tensor's
+            # relative L2 distance is what fp32 reordering bounds.
+            dist = torch.linalg.vector_norm((b - a).double()) / torch.linalg.vector_norm(a.double()).clamp_min(1e-30)
+            assert dist <= 1e-5, f"{name}: v37 against v35, relative L2 distance {dist:.2e}"
         else:
             assert torch.equal(a, b), f"{name} differs between v35 and v37"
 
