@@ -156,6 +156,7 @@ M3_DEV double wrap_angle_double(double x) {
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
     m3_cp_angles(const M3Params p) {
   using namespace m3cp;
+  m3_allow_next_kernel();
   const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   {
@@ -328,6 +329,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
 #else
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
 #endif
+  m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
+  m3_allow_next_kernel();
   const Job job = take_ticket(p, p.ws_sync, job_words);
   if (job.seq < 0) return;
   const int H = p.H, tid = threadIdx.x, j = job.round;
@@ -447,6 +450,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   extern __shared__ float4 smem_raw[];
   __shared__ int job_words[4];
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
+  m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
+  m3_allow_next_kernel();
   const Job job = take_ticket(p, p.ws_sync + 1, job_words);
   const int H = p.H, tid = threadIdx.x;
   if (job.seq < 0) {

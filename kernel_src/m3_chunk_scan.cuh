@@ -167,6 +167,35 @@ template <int M, int NC, int TM, int TN>
 using Tile = RegTile<M, NC, TM, TN, NT>;
 #endif
 
+#ifndef M3_LDMATRIX
+#define M3_LDMATRIX 0
+#endif
+#if M3_LDMATRIX && (!M3_USE_MMA || M3_SPLIT_TF32)
+#error "M3_LDMATRIX feeds the plain tf32 tensor-core products"
+#endif
+// An operand read from a padded shared tile: A(r, k) = tile[r * ld + k], or B(k, c) =
+// tile[c * ld + k]. Under M3_LDMATRIX the fragments come by ldmatrix, else by one 4-byte load
+// per element (the same bits either way): M3_LDMATRIX=1 (v41) in every such product,
+// M3_LDMATRIX=2 (v43) only in the backward kernel's (backward_intra's and its build_mixing), where
+// v41 gained, while its forward lost (run 39). M3_ROWS_* are the backward's, M3_SHARED_ROWS_* the
+// forward's.
+#define M3_SCALAR_ROWS_A(tile, ld) [&](int r, int k) { return (tile)[r * (ld) + k]; }
+#define M3_SCALAR_ROWS_B(tile, ld) [&](int k, int c) { return (tile)[c * (ld) + k]; }
+#if M3_LDMATRIX
+#define M3_ROWS_A(tile, ld) (SmemRowsA{(tile), (ld)})
+#define M3_ROWS_B(tile, ld) (SmemRowsB{(tile), (ld)})
+#else
+#define M3_ROWS_A M3_SCALAR_ROWS_A
+#define M3_ROWS_B M3_SCALAR_ROWS_B
+#endif
+#if M3_LDMATRIX == 1
+#define M3_SHARED_ROWS_A M3_ROWS_A
+#define M3_SHARED_ROWS_B M3_ROWS_B
+#else
+#define M3_SHARED_ROWS_A M3_SCALAR_ROWS_A
+#define M3_SHARED_ROWS_B M3_SCALAR_ROWS_B
+#endif
+
 static_assert(C % 32 == 0 && C <= 64, "chunk must be 32 or 64");
 static_assert(N % 64 == 0 && 2 * A <= N && A <= 32, "head dims out of the supported family");
 static_assert(NT == 256, "tiles are laid out for 256 threads");
@@ -715,10 +744,15 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 }
 
 // M[t][s] = exp(c[t] - c[s]) * (qr[t] . ks[s]) on s <= t < len, else 0.
+// kByLdmatrix: its operands by ldmatrix (M3_LDMATRIX), the same bits.
+template <bool kByLdmatrix>
 M3_DEV void build_mixing(Smem& s, int len) {
   Tile<C, C, C / 16, C / 16> tile;
-  tile.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
-                       [&](int k, int c) { return s.kr[c * LDN + k]; });
+  if constexpr (kByLdmatrix) {
+    tile.template mac<N>(SmemRowsA{s.qr, LDN}, SmemRowsB{s.kr, LDN});
+  } else {
+    tile.template mac<N>(M3_SCALAR_ROWS_A(s.qr, LDN), M3_SCALAR_ROWS_B(s.kr, LDN));
+  }
   const float* cl = s.vv(kVecCl);
   const float* sc = s.vv(kVecSc);
   tile.for_each([&](int r, int c, float acc) {
@@ -761,7 +795,7 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
 #endif
   }
 #endif
-  build_mixing(s, len);
+  build_mixing<M3_LDMATRIX == 1>(s, len);
 }
 
 // y = intra-chunk part + e * (state entering the chunk: s.st, or s.gst under M3_CP_FWD_GLOBAL_STATE) qr
@@ -773,14 +807,14 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
   const float* e = s.vv(kVecE);
   {
     Tile<C, P, C / 16, 4> intra, inter;
-    intra.template mac<C>([&](int r, int k) { return s.m[r * LDC + k]; },
+    intra.template mac<C>(M3_SHARED_ROWS_A(s.m, LDC),
                           [&](int k, int c) { return s.v[k * LDP + c]; });
 #if M3_CP_FWD_GLOBAL_STATE
-    inter.template mac_frag_rows<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
+    inter.template mac_frag_rows<N>(M3_SHARED_ROWS_A(s.qr, LDN),
                                     [&](int r, int pos) { return s.st4_published(r, pos); });
 #else
-    inter.template mac<N>([&](int r, int k) { return s.qr[r * LDN + k]; },
-                          [&](int k, int c) { return s.st[c * LDN + k]; });
+    inter.template mac<N>(M3_SHARED_ROWS_A(s.qr, LDN),
+                          M3_SHARED_ROWS_B(s.st, LDN));
 #endif
     const float* qkraw = s.vv(kVecQkRaw);
     const float* gam = s.vv(kVecGam);
@@ -1105,7 +1139,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     }
   }
 #endif
-  build_mixing(s, len);  // ends with a barrier, which also covers st and dy
+  build_mixing<M3_LDMATRIX != 0>(s, len);  // ends with a barrier, which also covers st and dy
 }
 
 // dM through dks (into t2): the part of a backward chunk before the state-gradient update. Reads
@@ -1140,8 +1174,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dM[t][s] = dy[t] . v[s] on the causal part.
   {
     Tile<C, C, C / 16, C / 16> dm;
-    dm.template mac<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
-                       [&](int k, int c) { return s.v[c * LDP + k]; });
+    dm.template mac<P>(M3_ROWS_A(s.dy, LDP),
+                       M3_ROWS_B(s.v, LDP));
 #if M3_CP_FRAG_SUMS
     // dc from the intra-chunk decays: row sums minus column sums of G = dM * M; then dM is
     // stored with its decay factor applied.
@@ -1208,13 +1242,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   {
     Tile<C, P, C / 16, 4> stp, intra;
 #if M3_FRAG_DS
-    stp.template mac_frag_rows<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
+    stp.template mac_frag_rows<N>(M3_ROWS_A(s.kr, LDN),
                                   [&](int r, int pos) { return s.ds4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; }, [&](int k, int c) { return s.ds_at(c, k); });
+    stp.template mac<N>(M3_ROWS_A(s.kr, LDN), [&](int k, int c) { return s.ds_at(c, k); });
 #else
-    stp.template mac<N>([&](int r, int k) { return s.kr[r * LDN + k]; },
-                        [&](int k, int c) { return s.ds[c * LDN + k]; });
+    stp.template mac<N>(M3_ROWS_A(s.kr, LDN),
+                        M3_ROWS_B(s.ds, LDN));
 #endif
     intra.template mac<C>([&](int r, int k) { return s.m[k * LDC + r]; },
                           [&](int k, int c) { return s.dy[k * LDP + c]; });
@@ -1290,16 +1324,16 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   {
     Tile<C, N, C / 16, 8> inter, intra;
 #if M3_FRAG_ST
-    inter.template mac_frag_cols<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+    inter.template mac_frag_cols<P>(M3_ROWS_A(s.dy, LDP),
                                     [&](int r, int pos) { return s.st4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+    inter.template mac_exact<P>(M3_ROWS_A(s.dy, LDP),
                                 [&](int k, int c) { return s.st_at(k, c); });
 #else
-    inter.template mac_exact<P>([&](int r, int k) { return s.dy[r * LDP + k]; },
+    inter.template mac_exact<P>(M3_ROWS_A(s.dy, LDP),
                           [&](int k, int c) { return s.st[k * LDN + c]; });
 #endif
-    intra.template mac_exact<C>([&](int r, int k) { return s.x[r * LDC + k]; },
+    intra.template mac_exact<C>(M3_ROWS_A(s.x, LDC),
                           [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
@@ -1350,13 +1384,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     intra.template mac_exact<C>([&](int r, int k) { return s.x[k * LDC + r]; },
                           [&](int k, int c) { return s.qr[k * LDN + c]; });
 #if M3_FRAG_DS
-    stp.template mac_frag_cols<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+    stp.template mac_frag_cols<P>(M3_ROWS_A(s.v, LDP),
                                   [&](int r, int pos) { return s.ds4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+    stp.template mac_exact<P>(M3_ROWS_A(s.v, LDP),
                               [&](int k, int c) { return s.ds_at(k, c); });
 #else
-    stp.template mac_exact<P>([&](int r, int k) { return s.v[r * LDP + k]; },
+    stp.template mac_exact<P>(M3_ROWS_A(s.v, LDP),
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
 #endif
     zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {

@@ -6,6 +6,28 @@
 
 #define M3_DEV __device__ __forceinline__
 
+#ifndef M3_PDL
+#define M3_PDL 0
+#endif
+// M3_PDL (v39): every kernel of a call after the first is launched with programmatic stream
+// serialization, so that its CTAs become resident while the kernel before it still runs and the
+// launch gap between the two disappears. Such a kernel calls m3_wait_for_previous_kernel before
+// it reads (or takes a ticket from) anything the previous kernel writes: it returns once that grid
+// has finished and its writes are visible. Launched without the attribute, it returns at once.
+M3_DEV void m3_wait_for_previous_kernel() {
+#if M3_PDL
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The next kernel may be launched once every CTA of this grid has passed here (or exited). Each
+// kernel calls it at its start: by then all of its own CTAs have been launched, so the next one's
+// waiting CTAs take only the SM room this grid no longer needs.
+M3_DEV void m3_allow_next_kernel() {
+#if M3_PDL
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 static constexpr float kM3Pi = 3.14159265358979323846f;
 static constexpr float kM3TwoPi = 6.28318530717958647692f;
 
@@ -216,6 +238,33 @@ M3_DEV unsigned to_tf32(float x) {
 #define M3_MAC_UNROLL _Pragma("unroll 2")
 #endif
 
+// A shared-memory operand whose 16-byte row pieces feed ldmatrix (M3_LDMATRIX, v41): A(r, k) =
+// base[r * ld + k], or B(k, c) = base[c * ld + k] (the rows of the stored tile are B's columns).
+// ldmatrix moves 8 x 8 blocks of 16-bit values, i.e. 8 rows x 4 fp32 words, and hands thread
+// 4 g + t the word (g, t) of each block: exactly the tf32 fragments of m16n8k8 for these layouts.
+// Needs ld % 4 == 0 and 16-byte aligned rows; ld % 32 == 4 (the padded tiles) keeps the eight rows
+// of a block in distinct banks.
+struct SmemRowsA {
+  const float* base;
+  int ld;
+};
+struct SmemRowsB {
+  const float* base;
+  int ld;
+};
+
+M3_DEV unsigned smem_address(const float* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+M3_DEV void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+M3_DEV void ldmatrix_x2(unsigned (&r)[2], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+}
+
 M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -318,6 +367,72 @@ struct MmaTile {
       a[i][2] = to_tf32(fa(r, k0 + t + 4));
       a[i][3] = to_tf32(fa(r + 8, k0 + t + 4));
     }
+  }
+
+  // The same fragments by ldmatrix, one x4 per 16-row block: lane l points at row l % 8 of block
+  // l / 8, blocks ordered (rows 0-7, k 0-3), (rows 8-15, k 0-3), (rows 0-7, k 4-7), (rows 8-15,
+  // k 4-7) as a[i][0..3].
+  M3_DEV void a_fragments(const SmemRowsA& fa, int k0, unsigned (&a)[MT][4]) const {
+    const int lane = 4 * g + t;
+    const unsigned base = smem_address(fa.base + (m0 + (lane & 7) + (lane & 8)) * fa.ld + ((lane >> 4) << 2));
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      ldmatrix_x4(a[i], base + 4u * static_cast<unsigned>(i * 16 * fa.ld + k0));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[i][e] = to_tf32(__uint_as_float(a[i][e]));
+    }
+  }
+
+  // b[j] = (B(k0 + t, c), B(k0 + t + 4, c)), c = n0 + 8 j + g.
+  template <class FB>
+  M3_DEV void b_fragments(FB fb, int k0, unsigned (&b)[NTL][2]) const {
+#pragma unroll
+    for (int j = 0; j < NTL; ++j) {
+      const int c = n0 + j * 8 + g;
+      b[j][0] = to_tf32(fb(k0 + t, c));
+      b[j][1] = to_tf32(fb(k0 + t + 4, c));
+    }
+  }
+  // By ldmatrix: an x4 per two n-tiles (lane l at stored row n0 + 8 (l / 16) + l % 8, k half
+  // (l / 8) % 2), an x2 for an odd last one.
+  M3_DEV void b_fragments(const SmemRowsB& fb, int k0, unsigned (&b)[NTL][2]) const {
+    const int lane = 4 * g + t;
+    const unsigned base = smem_address(fb.base + (n0 + ((lane >> 4) << 3) + (lane & 7)) * fb.ld + (lane & 8) / 2);
+#pragma unroll
+    for (int j = 0; j + 1 < NTL; j += 2) {
+      unsigned r[4];
+      ldmatrix_x4(r, base + 4u * static_cast<unsigned>(j * 8 * fb.ld + k0));
+      b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
+    }
+    if (NTL % 2 == 1) {
+      ldmatrix_x2(b[NTL - 1], base + 4u * static_cast<unsigned>((NTL - 1) * 8 * fb.ld + k0));
+    }
+#pragma unroll
+    for (int j = 0; j < NTL; ++j) b[j][0] = to_tf32(__uint_as_float(b[j][0])), b[j][1] = to_tf32(__uint_as_float(b[j][1]));
+  }
+
+  // mac with either operand (or both) read by ldmatrix: the same products in the same order.
+  template <int K, class FA, class FB>
+  M3_DEV void mac_fragments(const FA& fa, const FB& fb) {
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    M3_MAC_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      unsigned a[MT][4], b[NTL][2];
+      a_fragments(fa, k0, a);
+      b_fragments(fb, k0, b);
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+  template <int K, class FB>
+  M3_DEV void mac(SmemRowsA fa, FB fb) {
+    mac_fragments<K>(fa, fb);
+  }
+  template <int K>
+  M3_DEV void mac(SmemRowsA fa, SmemRowsB fb) {
+    mac_fragments<K>(fa, fb);
   }
 
   // acc += A B with B(k, c) = S[c][k], S a state in fragment order whose 16-byte word at row r,

@@ -15,12 +15,17 @@
 #ifndef M3_REDUCE_WIDE
 #define M3_REDUCE_WIDE 0
 #endif
+#if M3_PDL && !M3_REDUCE_WIDE
+#error "M3_PDL is wired into the wide reduce kernels only"
+#endif
 
 #if M3_REDUCE_WIDE
 // Grid: T * N / 4 threads.
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
     m3_reduce_heads(const M3Params p) {
   static_assert(M3_N % 4 == 0, "four columns per thread");
+  m3_wait_for_previous_kernel();  // the backward's per-head partials
+  m3_allow_next_kernel();
   constexpr int QUADS = M3_N / 4;
   const long long idx = static_cast<long long>(blockIdx.x) * M3_THREADS + threadIdx.x;
   if (idx >= static_cast<long long>(p.T) * QUADS) return;
@@ -49,6 +54,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     m3_reduce_partials(const M3Params p) {
   constexpr int NW = M3_THREADS / 32, COLS = 2 * M3_N + 1;
   __shared__ float warp_sums[NW][32];
+  m3_wait_for_previous_kernel();  // m3_reduce_heads, and through it the backward's partials
   const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.y * 32 + lane;
   float acc = 0.f;

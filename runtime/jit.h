@@ -105,6 +105,9 @@ struct LaunchConfig {
   unsigned dynamic_smem = 0;
   CUstream stream = nullptr;
   unsigned cluster[3] = {1, 1, 1};  // {1,1,1} means no cluster attribute
+  // Programmatic stream serialization: the kernel may start before the previous one on the stream
+  // has finished, and must wait for it itself (griddepcontrol.wait) before reading its results.
+  bool programmatic = false;
 };
 
 // A function loaded into one CUDA context.

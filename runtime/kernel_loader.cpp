@@ -114,15 +114,22 @@ void LoadedKernel::launch(const LaunchConfig& cfg, void** args) const {
   config.blockDimZ = cfg.block[2];
   config.sharedMemBytes = cfg.dynamic_smem;
   config.hStream = cfg.stream;
-  CUlaunchAttribute attr{};
+  CUlaunchAttribute attrs[2]{};
+  unsigned n_attrs = 0;
   if (cfg.cluster[0] != 1 || cfg.cluster[1] != 1 || cfg.cluster[2] != 1) {
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.clusterDim.x = cfg.cluster[0];
-    attr.value.clusterDim.y = cfg.cluster[1];
-    attr.value.clusterDim.z = cfg.cluster[2];
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    CUlaunchAttribute& a = attrs[n_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = cfg.cluster[0];
+    a.value.clusterDim.y = cfg.cluster[1];
+    a.value.clusterDim.z = cfg.cluster[2];
   }
+  if (cfg.programmatic) {
+    CUlaunchAttribute& a = attrs[n_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = n_attrs > 0 ? attrs : nullptr;
+  config.numAttrs = n_attrs;
   const CUresult r = driver::api().cuLaunchKernelEx(&config, fn_, args, nullptr);
   if (r != CUDA_SUCCESS) {
     const auto dims = [](const unsigned* d) {
@@ -131,7 +138,7 @@ void LoadedKernel::launch(const LaunchConfig& cfg, void** args) const {
     };
     driver::check(r, "cuLaunchKernelEx(" + name_ + ", grid " + dims(cfg.grid) + ", block " +
                          dims(cfg.block) + ", cluster " + dims(cfg.cluster) + ", dynamic smem " +
-                         std::to_string(cfg.dynamic_smem) + ")");
+                         std::to_string(cfg.dynamic_smem) + (cfg.programmatic ? ", programmatic" : "") + ")");
   }
 }
 

@@ -29,7 +29,10 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v31", 32, 256}, OpConfig{"v32", 32, 256},
                                                 OpConfig{"v33", 32, 256}, OpConfig{"v34", 32, 256},
                                                 OpConfig{"v35", 32, 256}, OpConfig{"v36", 32, 256},
-                                                OpConfig{"v37", 32, 256}, OpConfig{"v38", 32, 256}};
+                                                OpConfig{"v37", 32, 256}, OpConfig{"v38", 32, 256},
+                                                OpConfig{"v39", 32, 256}, OpConfig{"v40", 32, 256},
+                                                OpConfig{"v41", 32, 256}, OpConfig{"v42", 32, 256},
+                                                OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -46,7 +49,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v22", "v21", "v8"}, {"v24", "v23", "v8"}, {"v26", "v25", "v8"},
                               {"v28", "v27", "v8"}, {"v30", "v29", "v8"},
                               {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
-                              {"v36", "v35", "v8"}, {"v38", "v37", "v8"}};
+                              {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
+                              {"v42", "v41", "v8"}, {"v44", "v43", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -146,8 +150,12 @@ int seq_bucket(long long num_seqs) {
 // with only the state gradients in v29's fragment order (M3_CP_FRAG_DSTATES), the forward v25's,
 // results bitwise v25's; v35: v33 handing the tensor cores unrounded fp32 bits (M3_TF32_TRUNCATE:
 // tf32 toward zero, no rounding add); v37: v35 with the head and partial reductions spread wider
-// (M3_REDUCE_WIDE, dq and dk bitwise v35's). v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30,
-// v32, v34, v36 and v38 have no kernels of their own (kDispatch).
+// (M3_REDUCE_WIDE, dq and dk bitwise v35's); v39: v37 whose kernels after the first are launched
+// with programmatic stream serialization (M3_PDL), results bitwise v37's; v41: v39 whose tile
+// products read their row-major shared operands by ldmatrix (M3_LDMATRIX), results bitwise v39's;
+// v43: v37 with ldmatrix in the backward's own products only (M3_LDMATRIX=2), results bitwise
+// v37's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42 and v44
+// have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -174,6 +182,9 @@ struct VariantTraits {
   bool frag_dstates = false;
   bool tf32_truncate = false;
   bool wide_reductions = false;
+  bool programmatic_launch = false;
+  bool ldmatrix = false;
+  bool ldmatrix_backward = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -204,7 +215,10 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v31", "v29", &VariantTraits::fwd_global_state},
                                     {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors},
                                     {"v35", "v33", &VariantTraits::tf32_truncate},
-                                    {"v37", "v35", &VariantTraits::wide_reductions}};
+                                    {"v37", "v35", &VariantTraits::wide_reductions},
+                                    {"v39", "v37", &VariantTraits::programmatic_launch},
+                                    {"v41", "v39", &VariantTraits::ldmatrix},
+                                    {"v43", "v37", &VariantTraits::ldmatrix_backward}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -215,6 +229,18 @@ VariantTraits traits(const OpConfig& c) {
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
+
+namespace {
+// The traits of a configuration that has kernels of its own.
+VariantTraits kernel_traits(const OpConfig& c) {
+  require_known(c);
+  if (dispatch_only(c)) {
+    throw std::invalid_argument("mamba3_jit: variant " + c.variant +
+                                " has no kernels of its own; call resolve_kernels() first");
+  }
+  return traits(c);
+}
+}  // namespace
 
 bool is_chunk_parallel(const OpConfig& c) {
   require_known(c);
@@ -236,12 +262,7 @@ OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence) {
 }
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
-  require_known(c);
-  if (dispatch_only(c)) {
-    throw std::invalid_argument("mamba3_jit: variant " + c.variant +
-                                " has no kernels of its own; call resolve_kernels() first");
-  }
-  const VariantTraits tr = traits(c);
+  const VariantTraits tr = kernel_traits(c);
   const std::string file = tr.chunk_parallel ? "m3_chunk_parallel" : "m3_chunk_scan";
   KernelSource src;
   src.name = file + "[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
@@ -272,27 +293,25 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.tf32_truncate) src.options.push_back("-DM3_TF32_TRUNCATE=1");
   if (tr.full_sectors) src.options.push_back("-DM3_CP_FULL_SECTORS=1");
   if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
+  if (tr.programmatic_launch) src.options.push_back("-DM3_PDL=1");
+  if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
   src.arch = arch;
   return src;
 }
 
-bool uses_wide_reductions(const OpConfig& c) {
-  require_known(c);
-  if (dispatch_only(c)) {
-    throw std::invalid_argument("mamba3_jit: variant " + c.variant +
-                                " has no kernels of its own; call resolve_kernels() first");
-  }
-  return traits(c).wide_reductions;
-}
+bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_reductions; }
+bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const bool wide = uses_wide_reductions(c);
+  const bool pdl = uses_programmatic_launch(c);
   KernelSource src;
-  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide]" : "]");
+  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
   if (wide) src.options.push_back("-DM3_REDUCE_WIDE=1");
+  if (pdl) src.options.push_back("-DM3_PDL=1");
   src.arch = arch;
   return src;
 }

@@ -14,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v34";  // the fastest variant verified on the GPU
+  std::string variant = "v44";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -57,6 +57,9 @@ KernelSource scan_source(const OpConfig& config, int bucket, const std::string& 
 // (M3_REDUCE_WIDE) m3_reduce_heads takes T * N / 4 threads and m3_reduce_partials an (H, 9) grid.
 KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");
 bool uses_wide_reductions(const OpConfig& config);
+// True for the variants (v39 on) whose chunk-parallel kernels after the first, and the reduce
+// kernels, are launched with programmatic stream serialization (M3_PDL in their sources).
+bool uses_programmatic_launch(const OpConfig& config);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

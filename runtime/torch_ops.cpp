@@ -136,8 +136,12 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // Inside graph capture the values of cu_seqlens cannot be read back; the plan below needs only
   // shapes, and the kernels trap on inconsistent boundaries.
   const bool capturing = q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  const Problem pb = validate_arguments(a, /*require_cuda=*/true, /*check_values=*/!capturing);
+  Problem pb = validate_shapes(a, /*require_cuda=*/true);
   if (states) validate_initial_states(*states, pb, q.device());
+  // The cu_seqlens values travel to the host while the forward's results are allocated: the
+  // copy's round trip (about 10 us) would otherwise keep the host idle before the first launch.
+  c10::optional<CuSeqlensReadback> readback;
+  if (!capturing) readback.emplace(cu_seqlens, pb.S);
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Device dev = q.device();
   const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
@@ -149,6 +153,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   at::Tensor final_v = fresh({S, H, P}, at::kBFloat16, dev);
   at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
   if (!forward_only) dz = fresh_like(z);  // written by the forward kernel
+  // Bad boundaries throw here: the results above go back to the allocator, nothing was launched.
+  if (readback) readback->finish(pb);
 
   // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
   // allocation carved into the five buffers: each allocator call costs microseconds of host
@@ -271,6 +277,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     lc.grid[0] = static_cast<unsigned>(H);
     lc.grid[1] = static_cast<unsigned>(S);
     kernels.cp_angles->launch(lc, args);
+    // The kernels after the first wait for their predecessor themselves where the variant says so.
+    lc.programmatic = uses_programmatic_launch(run_config);
     // One CTA per possible (chunk, head); those past the last chunk leave at once.
     lc.grid[0] = static_cast<unsigned>(total_chunks * H);
     lc.grid[1] = 1;

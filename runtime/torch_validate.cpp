@@ -43,7 +43,7 @@ void check_shape(const at::Tensor& t, int arg, const std::vector<int64_t>& expec
 
 }  // namespace
 
-Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values) {
+Problem validate_shapes(const std::vector<at::Tensor>& args, bool require_cuda) {
   TORCH_CHECK_VALUE(args.size() == kNumArgs, "mamba3_jit: expected ", num(kNumArgs), " tensor arguments, got ",
                     num(static_cast<int64_t>(args.size())));
   static const at::ScalarType kDtypes[kNumArgs] = {
@@ -122,27 +122,33 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   TORCH_CHECK_VALUE(S <= 65535, "mamba3_jit: at most 65535 sequences are supported, got S = ", num(S));
   TORCH_CHECK_VALUE(T <= (int64_t{1} << 22), "mamba3_jit: at most 4194304 tokens are supported, got T = ", num(T));
 
-  if (!check_values) return pb;
-  if (cu.is_cuda()) {
-    // This read is on every call's path before the first launch: one copy into this thread's
-    // pinned buffer and one wait for the stream, without the tensor, copy-operator and host
-    // allocator bookkeeping a pinned tensor would add.
-    thread_local at::DataPtr pinned;
-    thread_local size_t pinned_bytes = 0;
-    const size_t bytes = static_cast<size_t>(S + 1) * sizeof(int32_t);
-    if (pinned_bytes < bytes) {
-      pinned = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
-      pinned_bytes = bytes;
-    }
-    const c10::cuda::CUDAGuard guard(cu.device());
-    c10::cuda::memcpy_and_sync(pinned.get(), cu.data_ptr(), static_cast<int64_t>(bytes), cudaMemcpyDeviceToHost,
-                               at::cuda::getCurrentCUDAStream(cu.device().index()).stream());
-    const int32_t* c = static_cast<const int32_t*>(pinned.get());
-    pb.cu_seqlens.assign(c, c + S + 1);
-  } else {
-    const int32_t* c = cu.data_ptr<int32_t>();
-    pb.cu_seqlens.assign(c, c + S + 1);
+  return pb;
+}
+
+CuSeqlensReadback::CuSeqlensReadback(const at::Tensor& cu, int64_t S) : S_(S) {
+  if (!cu.is_cuda()) {
+    host_ = cu.data_ptr<int32_t>();
+    return;
   }
+  // On every call's path before the first launch: one copy into this thread's pinned buffer,
+  // without the tensor, copy-operator and host allocator bookkeeping a pinned tensor would add.
+  thread_local at::DataPtr pinned;
+  thread_local size_t pinned_bytes = 0;
+  const size_t bytes = static_cast<size_t>(S + 1) * sizeof(int32_t);
+  if (pinned_bytes < bytes) {
+    pinned = at::cuda::getPinnedMemoryAllocator()->allocate(bytes);
+    pinned_bytes = bytes;
+  }
+  const c10::cuda::CUDAGuard guard(cu.device());
+  stream_ = at::cuda::getCurrentCUDAStream(cu.device().index());
+  C10_CUDA_CHECK(cudaMemcpyAsync(pinned.get(), cu.data_ptr(), bytes, cudaMemcpyDeviceToHost, stream_->stream()));
+  host_ = static_cast<const int32_t*>(pinned.get());
+}
+
+void CuSeqlensReadback::finish(Problem& pb) {
+  if (stream_) c10::cuda::stream_synchronize(stream_->stream());
+  pb.cu_seqlens.assign(host_, host_ + S_ + 1);
+  const int64_t S = S_, T = pb.T;
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",
                     num(pb.cu_seqlens[0]));
   for (int64_t i = 0; i < S; ++i) {
@@ -152,6 +158,11 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
   }
   TORCH_CHECK_VALUE(pb.cu_seqlens[S] == T, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[S] = T = ", num(T),
                     ", got ", num(pb.cu_seqlens[S]));
+}
+
+Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values) {
+  Problem pb = validate_shapes(args, require_cuda);
+  if (check_values) CuSeqlensReadback(args[kCu], pb.S).finish(pb);
   return pb;
 }
 

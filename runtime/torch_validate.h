@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <array>
 #include <cstdint>
@@ -26,6 +27,24 @@ struct Problem {
 // why a caller inside CUDA graph capture passes check_values = false (the kernels then guard the
 // boundaries themselves and trap on bad ones).
 Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cuda, bool check_values = true);
+
+// validate_arguments in two steps, so that a caller can do host work while cu_seqlens travels:
+// every check but the cu_seqlens values...
+Problem validate_shapes(const std::vector<at::Tensor>& args, bool require_cuda);
+
+// ...then the values: the constructor starts the copy of a CUDA cu_seqlens into a pinned buffer
+// (asynchronous, on the current stream), finish() waits for it, fills pb.cu_seqlens and checks
+// the boundaries, throwing c10::ValueError like validate_arguments.
+class CuSeqlensReadback {
+ public:
+  CuSeqlensReadback(const at::Tensor& cu_seqlens, int64_t S);
+  void finish(Problem& pb);
+
+ private:
+  int64_t S_;
+  const int32_t* host_ = nullptr;
+  c10::optional<c10::cuda::CUDAStream> stream_;
+};
 
 // Checks the four initial states (angle, ssm, k, v) against the problem: the dtypes, shapes and
 // device of the final states, contiguous and 16-byte aligned.

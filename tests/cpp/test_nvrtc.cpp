@@ -144,7 +144,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -159,6 +159,22 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   }
   CHECK(resolve_kernels(parse_op_config("variant=v5"), 1 << 20).variant == "v5");
   CHECK(resolve_kernels(parse_op_config("variant=v11"), 1 << 20).variant == "v11");
+}
+
+TEST_CASE("only the variants launched early carry griddepcontrol, in the scan and the reduce kernels", "[registry]") {
+  const auto has_pdl = [](const KernelSource& s) {
+    return std::find(s.options.begin(), s.options.end(), "-DM3_PDL=1") != s.options.end();
+  };
+  const OpConfig v37 = parse_op_config("variant=v37"), v39 = parse_op_config("variant=v39");
+  CHECK_FALSE(uses_programmatic_launch(v37));
+  CHECK(uses_programmatic_launch(v39));
+  CHECK_FALSE(has_pdl(scan_source(v37, 8)));
+  CHECK(has_pdl(scan_source(v39, 8)));
+  CHECK_FALSE(has_pdl(reduce_source(v37)));
+  CHECK(has_pdl(reduce_source(v39)));
+  // Its own reduce specialisation: the cache key and the warm-up list tell the two apart.
+  CHECK(reduce_source(v39).name != reduce_source(v37).name);
+  CHECK_THROWS_AS(uses_programmatic_launch(parse_op_config("variant=v40")), std::invalid_argument);
 }
 
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {

@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "v32", "v33", "v34", "v35", "v36", "v37", "v38"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "v32", "v33", "v34", "v35", "v36", "v37", "v38", "v39", "v40", "v41", "v42", "v43", "v44"]
 
 
 def _run(case, variant="v1"):
@@ -148,6 +148,12 @@ BITWISE_TWINS = [
     ("v29", "v31", [959, 300, 0, 64, 1, 33], 59),
     # only the state gradients in fragment order
     ("v25", "v33", [959, 300, 0, 64, 1, 33], 61),
+    # the kernels after the first launched early, each waiting for its predecessor itself
+    ("v37", "v39", [959, 300, 0, 64, 1, 33], 67),
+    # the row-major shared operands of the tile products read by ldmatrix
+    ("v39", "v41", [959, 300, 0, 64, 1, 33], 71),
+    # ldmatrix in the backward's own products only
+    ("v37", "v43", [959, 300, 0, 64, 1, 33], 73),
 ]
 
 
@@ -159,6 +165,33 @@ def test_bitwise_twin_variants(reference, variant, seq_lens, seed):
     got = _run(case, variant)
     for name, a, b in zip(RESULT_NAMES, ref, got):
         assert torch.equal(a, b), f"{name} differs between {reference} and {variant}"
+
+
+@pytest.mark.parametrize("values,fragment", [
+    ([1, 959, 1259, 1323], "cu_seqlens[0] = 0"),
+    ([0, 959, 900, 1323], "must not decrease"),
+    ([0, 959, 1259, 1322], "cu_seqlens[S] = T"),
+])
+def test_operator_rejects_bad_cuda_cu_seqlens_before_any_launch(values, fragment):
+    """The operator reads the boundaries back while it allocates its first results (the copy
+    overlaps host work): bad ones still raise before anything is launched, and no input or
+    output-to-be is written."""
+    case = make_case([959, 300, 64], seed=79, device="cuda")
+    case["cu_seqlens"] = torch.tensor(values, dtype=torch.int32, device="cuda")
+    args = case_args(case)
+    snapshot = [a.clone() if a is not None else None for a in args]
+    _run(make_case([5, 3], seed=1, device="cuda"), "v34")  # kernels loaded outside the profile
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with pytest.raises(ValueError, match=r"'cu_seqlens'") as info:
+            _run(case, "v34")
+        torch.cuda.synchronize()
+    assert fragment in str(info.value)
+    launched = [e.name for e in prof.events() if e.name.startswith("m3_")]
+    assert not launched, f"kernels launched for bad cu_seqlens: {launched}"
+    for before, after in zip(snapshot, args):
+        assert before is None or torch.equal(before, after)
 
 
 def test_wide_reductions_change_only_the_bias_sums_order():
@@ -180,7 +213,7 @@ def test_wide_reductions_change_only_the_bias_sums_order():
 
 
 @pytest.mark.parametrize("variant,fast",
-                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25"), ("v28", "v27"), ("v30", "v29"), ("v32", "v31"), ("v34", "v33"), ("v36", "v35"), ("v38", "v37")])
+                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25"), ("v28", "v27"), ("v30", "v29"), ("v32", "v31"), ("v34", "v33"), ("v36", "v35"), ("v38", "v37"), ("v40", "v39"), ("v42", "v41"), ("v44", "v43")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
     """The dispatch-only variants: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
@@ -195,7 +228,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25", "v27", "v29", "v31", "v33", "v35", "v37"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25", "v27", "v29", "v31", "v33", "v35", "v37", "v39", "v41", "v43"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
