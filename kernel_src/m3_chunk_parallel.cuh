@@ -20,6 +20,9 @@
 #ifndef M3_CP_LEAN_FORWARD
 #define M3_CP_LEAN_FORWARD 0
 #endif
+#ifndef M3_CP_BATCHED_REORDER
+#define M3_CP_BATCHED_REORDER 0
+#endif
 #if !M3_PARALLEL_SCALARS || !M3_VECTOR_IO || M3_INITIAL_STATES
 #error "the chunk-parallel scan builds on M3_PARALLEL_SCALARS and M3_VECTOR_IO, without initial states"
 #endif
@@ -59,33 +62,74 @@ struct Job {
   long long q;
 };
 
-M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
-  if (threadIdx.x == 0) {
-    const long long t = atomicAdd(counter, 1);
-    const long long q = t / p.H;
-    int seq = -1, round = 0;
+// Thread 0: the job of ticket t into shared[0..3].
+M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
+  const long long q = t / p.H;
+  int seq = -1, round = 0;
 #if M3_CP_TRIMS
-    // One load from the table m3_cp_angles wrote, instead of the schedule's dependent loads while
-    // 255 threads wait.
-    if (q < p.chunk_capacity) {
-      const int2 pair = *reinterpret_cast<const int2*>(p.ws_schedule + 2 * q);
-      seq = pair.x;
-      round = pair.y;
-    }
-#else
-    if (!m3_schedule(p.cu_seqlens, p.S, C, q, seq, round)) seq = -1;
-#endif
-    shared[0] = seq;
-    shared[1] = round;
-    shared[2] = static_cast<int>(t % p.H);
-    shared[3] = static_cast<int>(q);
+  // One load from the table m3_cp_angles wrote, instead of the schedule's dependent loads while
+  // 255 threads wait.
+  if (q < p.chunk_capacity) {
+    const int2 pair = *reinterpret_cast<const int2*>(p.ws_schedule + 2 * q);
+    seq = pair.x;
+    round = pair.y;
   }
+#else
+  if (!m3_schedule(p.cu_seqlens, p.S, C, q, seq, round)) seq = -1;
+#endif
+  shared[0] = seq;
+  shared[1] = round;
+  shared[2] = static_cast<int>(t % p.H);
+  shared[3] = static_cast<int>(q);
+}
+
+M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
+  if (threadIdx.x == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
   __syncthreads();
   Job job{shared[0], shared[1], shared[2], shared[3]};
 #if !M3_CP_TRIMS2
   __syncthreads();  // (nothing writes `shared` again: each CTA takes one ticket)
 #endif
   return job;
+}
+
+// Tickets past the last chunk cover the rows of the backward's partials no chunk writes, one each.
+M3_DEV void zero_partials_row(const M3Params& p, const Job& job) {
+  if (job.q < p.chunk_capacity) {
+    float* part = p.ws_partial + (job.q * p.H + job.h) * (2 * N + 1);
+    for (int c = threadIdx.x; c < 2 * N + 1; c += NT) part[c] = 0.f;
+  }
+}
+
+#ifndef M3_CP_PERSISTENT
+#define M3_CP_PERSISTENT 0
+#endif
+#if M3_CP_PERSISTENT && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
+#error "M3_CP_PERSISTENT builds on the job bodies of M3_CP_TRIMS2 and M3_CP_GLOBAL_STATES"
+#endif
+// M3_CP_PERSISTENT (v45): the forward and backward grids hold only the CTAs that fit on the device
+// at once, and each CTA runs job after job. Thread 0 draws the next ticket as a job starts, so
+// the atomic's round trip (and a new CTA's launch) is hidden behind the job, where a CTA per job
+// spent them before its first load. Still no deadlock: the smallest unfinished ticket is always
+// some CTA's current job (a CTA holding a drawn, unstarted ticket is busy with a smaller one),
+// and its predecessor in the chain has a smaller ticket still, so it finished. The backward also
+// runs the tickets past the last chunk up to chunk_capacity: they zero the unused partial rows.
+// The host launches min(jobs, resident CTAs) of each (LoadedKernel::resident_ctas).
+M3_DEV int persistent_first_ticket(int* counter) { return threadIdx.x == 0 ? atomicAdd(counter, 1) : 0; }
+
+// The head of a persistent CTA's job loop: the job of ticket `next` into `job` for every thread,
+// then thread 0 draws the ticket after it. False once the tickets are used up (the forward: past
+// the last chunk; the backward, zero_partials: past chunk_capacity). Its first barrier also ends
+// the previous job, so that nothing of it still reads shared memory.
+M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bool zero_partials, int& next,
+                                Job& job) {
+  if (threadIdx.x == 0) decode_ticket(p, next, shared);
+  __syncthreads();
+  job = Job{shared[0], shared[1], shared[2], shared[3]};
+  __syncthreads();  // every thread holds the job before thread 0 may write the next one
+  if (job.seq < 0 && (!zero_partials || job.q >= p.chunk_capacity)) return false;
+  if (threadIdx.x == 0) next = atomicAdd(counter, 1);  // travels while this job runs
+  return true;
 }
 
 // Data before flag: every thread's writes are made visible device-wide, then one thread raises
@@ -303,11 +347,28 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     const float* src = p.dfinal_ssm + row * P * N;
     const long long spare = static_cast<long long>(sh.chunk_base + chunks) * H + h;
     float4* dst = reinterpret_cast<float4*>(p.ws_dstates + spare * P * N);
+#if M3_CP_BATCHED_REORDER
+    // Every load of a thread before its first store (v45): the compiler must assume the stores may
+    // alias the loads, so the loop below waits one round trip per word, eight in a row.
+    constexpr int kWords = P * N / 4 / NT;
+    static_assert(kWords * NT == P * N / 4, "the words split evenly over the threads");
+    float4 w[kWords];
+#pragma unroll
+    for (int u = 0; u < kWords; ++u) {
+      const int q = threadIdx.x + u * NT;
+      const int r = q / (N / 4), pos = 4 * (q % (N / 4));
+      const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
+      w[u] = make_float4(in[0], in[8], in[16], in[24]);
+    }
+#pragma unroll
+    for (int u = 0; u < kWords; ++u) dst[threadIdx.x + u * NT] = w[u];
+#else
     for (int q = threadIdx.x; q < P * N / 4; q += NT) {
       const int r = q / (N / 4), pos = 4 * (q % (N / 4));
       const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
       dst[q] = make_float4(in[0], in[8], in[16], in[24]);
     }
+#endif
   }
 #endif
   if (sh.len == 0) {
@@ -317,22 +378,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   }
 }
 
-// M3_CP_LEAN_FORWARD (v11): the forward's own smaller layout and at most 128 registers, two
-// CTAs per SM.
-extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 : 1)
-    m3_cp_forward(const M3Params p) {
-  using namespace m3cp;
-  extern __shared__ float4 smem_raw[];
-  __shared__ int job_words[4];
-#if M3_CP_LEAN_FORWARD
-  Smem s = carve_forward(reinterpret_cast<float*>(smem_raw));
-#else
-  Smem s = carve(reinterpret_cast<float*>(smem_raw));
-#endif
-  m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
-  m3_allow_next_kernel();
-  const Job job = take_ticket(p, p.ws_sync, job_words);
-  if (job.seq < 0) return;
+namespace m3cp {
+// One forward (chunk, head) job.
+M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
   const int H = p.H, tid = threadIdx.x, j = job.round;
   const SeqHead sh = seq_head(p, job.seq, job.h);
   const int chunks = (sh.len + C - 1) / C;
@@ -441,6 +489,32 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
     if (tid < P) p.final_v[row * P + tid] = p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid];
   }
 }
+}  // namespace m3cp
+
+// M3_CP_LEAN_FORWARD (v11): the forward's own smaller layout and at most 128 registers, two
+// CTAs per SM.
+extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 : 1)
+    m3_cp_forward(const M3Params p) {
+  using namespace m3cp;
+  extern __shared__ float4 smem_raw[];
+  __shared__ int job_words[4];
+#if M3_CP_LEAN_FORWARD
+  Smem s = carve_forward(reinterpret_cast<float*>(smem_raw));
+#else
+  Smem s = carve(reinterpret_cast<float*>(smem_raw));
+#endif
+  m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
+  m3_allow_next_kernel();
+#if M3_CP_PERSISTENT
+  int next = persistent_first_ticket(p.ws_sync);
+  Job job;
+  while (persistent_next_job(p, p.ws_sync, job_words, /*zero_partials=*/false, next, job)) forward_job(p, s, job);
+#else
+  const Job job = take_ticket(p, p.ws_sync, job_words);
+  if (job.seq < 0) return;
+  forward_job(p, s, job);
+#endif
+}
 
 // M3_CP_GLOBAL_STATES: 107 KB of shared memory, and at most 128 registers (which the kernel
 // needs without spilling): two CTAs per SM.
@@ -452,6 +526,18 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
   m3_allow_next_kernel();
+#if M3_CP_PERSISTENT
+  // The body below stays the text (and so the SASS) of the variants before v45, which run it once;
+  // a device function of its own changed their register allocation.
+  int next = persistent_first_ticket(p.ws_sync + 1);
+  Job job;
+  while (persistent_next_job(p, p.ws_sync + 1, job_words, /*zero_partials=*/true, next, job)) {
+    if (job.seq < 0) {
+      zero_partials_row(p, job);
+      continue;
+    }
+    const int H = p.H, tid = threadIdx.x;
+#else
   const Job job = take_ticket(p, p.ws_sync + 1, job_words);
   const int H = p.H, tid = threadIdx.x;
   if (job.seq < 0) {
@@ -462,6 +548,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     }
     return;
   }
+#endif
   const SeqHead sh = seq_head(p, job.seq, job.h);
   const int chunks = (sh.len + C - 1) / C;
   const int j = chunks - 1 - job.round;
@@ -696,5 +783,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid == 0) dd_share = bc.dd_sum;
   __syncthreads();
   write_bias_partials(p, s, slot, qb, kb, dd_share);
+#endif
+#if M3_CP_PERSISTENT
+  }
 #endif
 }

@@ -27,6 +27,7 @@ namespace mamba3_jit::driver {
   X(cuModuleGetFunction)               \
   X(cuFuncSetAttribute)                \
   X(cuLaunchKernelEx)                  \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuStreamIsCapturing)               \
   X(cuGetErrorName)                    \
   X(cuGetErrorString)                  \

@@ -118,6 +118,9 @@ class LoadedKernel {
   void launch(const LaunchConfig& cfg, void** args) const;
   CUfunction function() const { return fn_; }
   const std::string& name() const { return name_; }
+  // How many CTAs of `threads` threads and `dynamic_smem` bytes fit on the current device at once
+  // (occupancy per SM times the SMs); throws DriverError, or std::runtime_error when none fits.
+  unsigned resident_ctas(unsigned threads, unsigned dynamic_smem) const;
 
  private:
   CUfunction fn_;

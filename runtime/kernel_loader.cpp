@@ -142,6 +142,21 @@ void LoadedKernel::launch(const LaunchConfig& cfg, void** args) const {
   }
 }
 
+unsigned LoadedKernel::resident_ctas(unsigned threads, unsigned dynamic_smem) const {
+  const auto& api = driver::api();
+  int per_sm = 0, sms = 0;
+  driver::check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn_, static_cast<int>(threads), dynamic_smem),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor(" + name_ + ", " + std::to_string(threads) +
+                    " threads, dynamic smem " + std::to_string(dynamic_smem) + ")");
+  driver::check(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, driver::current_device()),
+                "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  if (per_sm <= 0 || sms <= 0) {
+    throw std::runtime_error("mamba3_jit: no CTA of " + name_ + " (" + std::to_string(threads) +
+                             " threads, dynamic smem " + std::to_string(dynamic_smem) + ") fits on an SM");
+  }
+  return static_cast<unsigned>(per_sm) * static_cast<unsigned>(sms);
+}
+
 const LoadedKernel& load_kernel(const KernelSource& src, const std::string& function_name,
                                 unsigned max_dynamic_smem) {
   const CUcontext ctx = driver::ensure_context();

@@ -32,7 +32,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v37", 32, 256}, OpConfig{"v38", 32, 256},
                                                 OpConfig{"v39", 32, 256}, OpConfig{"v40", 32, 256},
                                                 OpConfig{"v41", 32, 256}, OpConfig{"v42", 32, 256},
-                                                OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256}};
+                                                OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256},
+                                                OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -50,7 +51,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v28", "v27", "v8"}, {"v30", "v29", "v8"},
                               {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
                               {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
-                              {"v42", "v41", "v8"}, {"v44", "v43", "v8"}};
+                              {"v42", "v41", "v8"}, {"v44", "v43", "v8"},
+                              {"v46", "v45", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -154,8 +156,10 @@ int seq_bucket(long long num_seqs) {
 // with programmatic stream serialization (M3_PDL), results bitwise v37's; v41: v39 whose tile
 // products read their row-major shared operands by ldmatrix (M3_LDMATRIX), results bitwise v39's;
 // v43: v37 with ldmatrix in the backward's own products only (M3_LDMATRIX=2), results bitwise
-// v37's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42 and v44
-// have no kernels of their own (kDispatch).
+// v37's; v45: v43 with persistent forward and backward CTAs that draw their next ticket while a
+// job runs (M3_CP_PERSISTENT) and the angle kernel's gradient reorder with all loads first
+// (M3_CP_BATCHED_REORDER), results bitwise v43's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28,
+// v30, v32, v34, v36, v38, v40, v42, v44 and v46 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -185,6 +189,8 @@ struct VariantTraits {
   bool programmatic_launch = false;
   bool ldmatrix = false;
   bool ldmatrix_backward = false;
+  bool persistent = false;
+  bool batched_reorder = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -197,7 +203,7 @@ VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  // From v15 on each variant is its predecessor with one more switch (v33: two).
+  // From v15 on each variant is its predecessor with one more switch (v33, v45: two).
   struct Derived {
     const char* variant;
     const char* base;
@@ -218,7 +224,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v37", "v35", &VariantTraits::wide_reductions},
                                     {"v39", "v37", &VariantTraits::programmatic_launch},
                                     {"v41", "v39", &VariantTraits::ldmatrix},
-                                    {"v43", "v37", &VariantTraits::ldmatrix_backward}};
+                                    {"v43", "v37", &VariantTraits::ldmatrix_backward},
+                                    {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -295,12 +302,15 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
   if (tr.programmatic_launch) src.options.push_back("-DM3_PDL=1");
   if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
+  if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
+  if (tr.batched_reorder) src.options.push_back("-DM3_CP_BATCHED_REORDER=1");
   src.arch = arch;
   return src;
 }
 
 bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_reductions; }
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
+bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const bool wide = uses_wide_reductions(c);

@@ -60,6 +60,9 @@ bool uses_wide_reductions(const OpConfig& config);
 // True for the variants (v39 on) whose chunk-parallel kernels after the first, and the reduce
 // kernels, are launched with programmatic stream serialization (M3_PDL in their sources).
 bool uses_programmatic_launch(const OpConfig& config);
+// True for the variants (v45 on) whose chunk-parallel forward and backward CTAs run job after job:
+// their grids hold only the CTAs that fit on the device at once.
+bool uses_persistent_ctas(const OpConfig& config);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

@@ -61,6 +61,9 @@ struct CallKernels {
   unsigned scan_smem;
   unsigned forward_smem;   // m3_cp_forward's; equal to scan_smem except with a lean forward layout
   unsigned backward_smem;  // m3_cp_backward's; equal to scan_smem except with the states in global memory
+  // Persistent variants: the CTAs of the forward and backward that fit on the device at once
+  // (their grids), else 0.
+  unsigned forward_ctas = 0, backward_ctas = 0;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -81,6 +84,11 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
+    if (uses_persistent_ctas(config)) {
+      const unsigned threads = static_cast<unsigned>(config.threads);
+      k.forward_ctas = k.cp_forward->resident_ctas(threads, k.forward_smem);
+      k.backward_ctas = k.cp_backward->resident_ctas(threads, k.backward_smem);
+    }
   } else {
     k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
   }
@@ -279,13 +287,19 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     kernels.cp_angles->launch(lc, args);
     // The kernels after the first wait for their predecessor themselves where the variant says so.
     lc.programmatic = uses_programmatic_launch(run_config);
-    // One CTA per possible (chunk, head); those past the last chunk leave at once.
-    lc.grid[0] = static_cast<unsigned>(total_chunks * H);
+    // One CTA per possible (chunk, head), those past the last chunk leave at once; persistent
+    // variants launch the CTAs that fit at once, each running jobs until the tickets run out.
+    const auto cp_grid = [&](unsigned resident) {
+      const int64_t jobs = total_chunks * H;
+      return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
+    };
+    lc.grid[0] = cp_grid(kernels.forward_ctas);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
     allocate_gradients();
+    lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
     kernels.cp_backward->launch(lc, args);
   } else {

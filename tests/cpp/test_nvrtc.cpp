@@ -144,7 +144,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -175,6 +175,20 @@ TEST_CASE("only the variants launched early carry griddepcontrol, in the scan an
   // Its own reduce specialisation: the cache key and the warm-up list tell the two apart.
   CHECK(reduce_source(v39).name != reduce_source(v37).name);
   CHECK_THROWS_AS(uses_programmatic_launch(parse_op_config("variant=v40")), std::invalid_argument);
+}
+
+TEST_CASE("only v45 on run persistent CTAs", "[registry]") {
+  const auto has = [](const KernelSource& s, const char* option) {
+    return std::find(s.options.begin(), s.options.end(), option) != s.options.end();
+  };
+  const OpConfig v43 = parse_op_config("variant=v43"), v45 = parse_op_config("variant=v45");
+  CHECK_FALSE(uses_persistent_ctas(v43));
+  CHECK(uses_persistent_ctas(v45));
+  CHECK_FALSE(has(scan_source(v43, 8), "-DM3_CP_PERSISTENT=1"));
+  CHECK(has(scan_source(v45, 8), "-DM3_CP_PERSISTENT=1"));
+  CHECK(has(scan_source(v45, 8), "-DM3_CP_BATCHED_REORDER=1"));
+  CHECK(has(scan_source(v45, 8), "-DM3_LDMATRIX=2"));
+  CHECK_THROWS_AS(uses_persistent_ctas(parse_op_config("variant=v46")), std::invalid_argument);
 }
 
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {
