@@ -33,7 +33,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v39", 32, 256}, OpConfig{"v40", 32, 256},
                                                 OpConfig{"v41", 32, 256}, OpConfig{"v42", 32, 256},
                                                 OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256},
-                                                OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256}};
+                                                OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256},
+                                                OpConfig{"v47", 32, 256}, OpConfig{"v48", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -52,7 +53,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
                               {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
                               {"v42", "v41", "v8"}, {"v44", "v43", "v8"},
-                              {"v46", "v45", "v8"}};
+                              {"v46", "v45", "v8"}, {"v48", "v47", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -158,8 +159,9 @@ int seq_bucket(long long num_seqs) {
 // v43: v37 with ldmatrix in the backward's own products only (M3_LDMATRIX=2), results bitwise
 // v37's; v45: v43 with persistent forward and backward CTAs that draw their next ticket while a
 // job runs (M3_CP_PERSISTENT) and the angle kernel's gradient reorder with all loads first
-// (M3_CP_BATCHED_REORDER), results bitwise v43's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28,
-// v30, v32, v34, v36, v38, v40, v42, v44 and v46 have no kernels of their own (kDispatch).
+// (M3_CP_BATCHED_REORDER), results bitwise v43's; v47: v43 with only the batched reorder. v9, v12,
+// v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46 and v48 have
+// no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -225,7 +227,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v39", "v37", &VariantTraits::programmatic_launch},
                                     {"v41", "v39", &VariantTraits::ldmatrix},
                                     {"v43", "v37", &VariantTraits::ldmatrix_backward},
-                                    {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder}};
+                                    {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder},
+                                    {"v47", "v43", &VariantTraits::batched_reorder}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
