@@ -23,6 +23,12 @@
 #ifndef M3_CP_BATCHED_REORDER
 #define M3_CP_BATCHED_REORDER 0
 #endif
+#ifndef M3_CP_FUSED_HEADS
+#define M3_CP_FUSED_HEADS 0
+#endif
+#if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
+#error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
+#endif
 #if !M3_PARALLEL_SCALARS || !M3_VECTOR_IO || M3_INITIAL_STATES
 #error "the chunk-parallel scan builds on M3_PARALLEL_SCALARS and M3_VECTOR_IO, without initial states"
 #endif
@@ -188,6 +194,37 @@ M3_DEV int* tail_flags(const M3Params& p) {
   return p.ws_sync + 2 + 2 * static_cast<long long>(p.chunk_capacity) * p.H;
 }
 
+// Per chunk, how many of its H backward CTAs have written their dq/dk partials (M3_CP_FUSED_HEADS).
+M3_DEV int* heads_done(const M3Params& p) {
+  return p.ws_sync + 2 + 3 * static_cast<long long>(p.chunk_capacity) * p.H;
+}
+
+// M3_CP_FUSED_HEADS (v49): the last of a chunk's H backward CTAs to finish sums the chunk's dq/dk
+// partials over the heads while they are still in L2, in m3_reduce_heads' order (the same bits),
+// and m3_reduce_heads is not launched: its 152 MB read from HBM on c01 (43 us) becomes an L2 read
+// of 1 MB by one CTA per chunk. Writers: the barrier, then thread 0's fence (cumulative over the
+// barrier, as in publish) before the count; the last CTA fences after it and reads through L2.
+M3_DEV void reduce_heads_of_chunk(const M3Params& p, long long chunk, long long token0, int len) {
+  __shared__ int is_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    is_last = atomicAdd(heads_done(p) + chunk, 1) == p.H - 1;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!is_last) return;
+  constexpr int QUADS = N / 4;
+  const long long row = static_cast<long long>(p.H) * N;
+  for (int i = threadIdx.x; i < len * QUADS; i += NT) {
+    const long long t = token0 + i / QUADS;
+    const int n = 4 * (i % QUADS);
+    sum_heads_x4<QUADS>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
+                        reinterpret_cast<const float4*>(p.ws_dkh + t * row + n), p.H, p.dq + t * N + n,
+                        p.dk + t * N + n);
+  }
+}
+
 M3_DEV double wrap_angle_double(double x) {
   const double two_pi = 6.283185307179586476925286766559;
   return x - two_pi * floor(x / two_pi);
@@ -207,7 +244,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     // The two kernels after this one start from zeroed tickets and ready flags (everything up to
     // the last tail flag): zeroed here, in the kernel that precedes them on the stream, they cost
     // the host no memset.
-    const long long words = (tail_flags(p) - p.ws_sync) + static_cast<long long>(p.chunk_capacity) * H;
+    const long long words = (tail_flags(p) - p.ws_sync) + static_cast<long long>(p.chunk_capacity) * H +
+                            (M3_CP_FUSED_HEADS ? p.chunk_capacity : 0);  // heads_done
     const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
@@ -754,6 +792,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   }
   // bc.dd_sum is this chunk's share of dd; thread 0, the only one to use it, holds it.
   write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
+#if M3_CP_FUSED_HEADS
+  reduce_heads_of_chunk(p, g, sh.start + a, len);
+#endif
 #else
   float* carries = s.red;  // free between block sums; holds A + 4 words
   if (last) {

@@ -41,6 +41,28 @@ M3_DEV m3_bf16 f2bf(float f) {
   return static_cast<m3_bf16>(u >> 16);
 }
 
+// dq and dk of one token, four columns: its H per-head partials (rows of QUADS float4 each, from
+// dqh and dkh, read through L2: other CTAs of the running kernel wrote them) summed in head order
+// h = 0, 1, ..., packed to bf16: the fused backward's (M3_CP_FUSED_HEADS) copy of
+// m3_reduce_heads' wide sum, the same operations in the same order and so the same bits. (That
+// kernel keeps its own text: routed through here its SASS changed.)
+template <int QUADS>
+M3_DEV void sum_heads_x4(const float4* dqh, const float4* dkh, int H, m3_bf16* dq, m3_bf16* dk) {
+  float4 aq = make_float4(0.f, 0.f, 0.f, 0.f), ak = aq;
+#pragma unroll 8
+  for (int h = 0; h < H; ++h) {
+    const float4 x = __ldcg(dqh + h * QUADS), y = __ldcg(dkh + h * QUADS);
+    aq.x += x.x, aq.y += x.y, aq.z += x.z, aq.w += x.w;
+    ak.x += y.x, ak.y += y.y, ak.z += y.z, ak.w += y.w;
+  }
+  const auto pack = [](float4 v) {
+    return make_uint2(static_cast<unsigned>(f2bf(v.x)) | (static_cast<unsigned>(f2bf(v.y)) << 16),
+                      static_cast<unsigned>(f2bf(v.z)) | (static_cast<unsigned>(f2bf(v.w)) << 16));
+  };
+  *reinterpret_cast<uint2*>(dq) = pack(aq);
+  *reinterpret_cast<uint2*>(dk) = pack(ak);
+}
+
 M3_DEV float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 #ifndef M3_FAST_SINCOS

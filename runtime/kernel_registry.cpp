@@ -34,7 +34,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v41", 32, 256}, OpConfig{"v42", 32, 256},
                                                 OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256},
                                                 OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256},
-                                                OpConfig{"v47", 32, 256}, OpConfig{"v48", 32, 256}};
+                                                OpConfig{"v47", 32, 256}, OpConfig{"v48", 32, 256},
+                                                OpConfig{"v49", 32, 256}, OpConfig{"v50", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -53,7 +54,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v32", "v31", "v8"}, {"v34", "v33", "v8"},
                               {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
                               {"v42", "v41", "v8"}, {"v44", "v43", "v8"},
-                              {"v46", "v45", "v8"}, {"v48", "v47", "v8"}};
+                              {"v46", "v45", "v8"}, {"v48", "v47", "v8"},
+                              {"v50", "v49", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -159,9 +161,11 @@ int seq_bucket(long long num_seqs) {
 // v43: v37 with ldmatrix in the backward's own products only (M3_LDMATRIX=2), results bitwise
 // v37's; v45: v43 with persistent forward and backward CTAs that draw their next ticket while a
 // job runs (M3_CP_PERSISTENT) and the angle kernel's gradient reorder with all loads first
-// (M3_CP_BATCHED_REORDER), results bitwise v43's; v47: v43 with only the batched reorder. v9, v12,
-// v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46 and v48 have
-// no kernels of their own (kDispatch).
+// (M3_CP_BATCHED_REORDER), results bitwise v43's; v47: v43 with only the batched reorder; v49: v47
+// whose backward sums dq and dk over the heads itself, the last CTA of each chunk from L2
+// (M3_CP_FUSED_HEADS; m3_reduce_heads not launched), results bitwise v47's. v9, v12, v14, v16, v18,
+// v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48 and v50 have no kernels
+// of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -193,6 +197,7 @@ struct VariantTraits {
   bool ldmatrix_backward = false;
   bool persistent = false;
   bool batched_reorder = false;
+  bool fused_heads = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -228,7 +233,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v41", "v39", &VariantTraits::ldmatrix},
                                     {"v43", "v37", &VariantTraits::ldmatrix_backward},
                                     {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder},
-                                    {"v47", "v43", &VariantTraits::batched_reorder}};
+                                    {"v47", "v43", &VariantTraits::batched_reorder},
+                                    {"v49", "v47", &VariantTraits::fused_heads}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -307,6 +313,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
   if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
   if (tr.batched_reorder) src.options.push_back("-DM3_CP_BATCHED_REORDER=1");
+  if (tr.fused_heads) src.options.push_back("-DM3_CP_FUSED_HEADS=1");
   src.arch = arch;
   return src;
 }
@@ -314,6 +321,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
 bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_reductions; }
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
 bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
+bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const bool wide = uses_wide_reductions(c);

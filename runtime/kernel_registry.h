@@ -63,6 +63,9 @@ bool uses_programmatic_launch(const OpConfig& config);
 // True for the variants (v45 on) whose chunk-parallel forward and backward CTAs run job after job:
 // their grids hold only the CTAs that fit on the device at once.
 bool uses_persistent_ctas(const OpConfig& config);
+// True for the variants (v49 on) whose backward sums dq and dk over the heads itself:
+// m3_reduce_heads is not launched for them.
+bool uses_fused_head_sums(const OpConfig& config);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

@@ -181,7 +181,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // chunk-parallel variants leave the slot unused.
   const int64_t n_dstates = chunk_parallel && !forward_only ? n_states + H * P * N : 0;
   const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
-  const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H : 0;  // ints, carved as floats
+  // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
+  const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H + total_chunks : 0;
   const int64_t n_schedule = chunk_parallel ? 2 * total_chunks : 0;      // ints, rewritten every call
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
   at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
@@ -312,7 +313,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   }
   lc.dynamic_smem = 0;
   const bool wide = uses_wide_reductions(run_config);
-  if (T > 0) {
+  // The fused variants' backward has summed dq and dk over the heads already.
+  if (T > 0 && !uses_fused_head_sums(run_config)) {
     const int64_t head_threads = wide ? T * N / 4 : T * N;
     lc.grid[0] = static_cast<unsigned>((head_threads + threads - 1) / threads);
     lc.grid[1] = 1;

@@ -144,7 +144,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -189,6 +189,16 @@ TEST_CASE("only v45 on run persistent CTAs", "[registry]") {
   CHECK(has(scan_source(v45, 8), "-DM3_CP_BATCHED_REORDER=1"));
   CHECK(has(scan_source(v45, 8), "-DM3_LDMATRIX=2"));
   CHECK_THROWS_AS(uses_persistent_ctas(parse_op_config("variant=v46")), std::invalid_argument);
+}
+
+TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
+  const OpConfig v47 = parse_op_config("variant=v47"), v49 = parse_op_config("variant=v49");
+  CHECK_FALSE(uses_fused_head_sums(v47));
+  CHECK(uses_fused_head_sums(v49));
+  const auto options = scan_source(v49, 8).options;
+  CHECK(std::find(options.begin(), options.end(), "-DM3_CP_FUSED_HEADS=1") != options.end());
+  CHECK_FALSE(uses_fused_head_sums(parse_op_config("variant=v8")));
+  CHECK_THROWS_AS(uses_fused_head_sums(parse_op_config("variant=v50")), std::invalid_argument);
 }
 
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {
