@@ -433,7 +433,8 @@ struct MmaTile {
     for (int j = 0; j < NTL; ++j) b[j][0] = to_tf32(__uint_as_float(b[j][0])), b[j][1] = to_tf32(__uint_as_float(b[j][1]));
   }
 
-  // mac with either operand (or both) read by ldmatrix: the same products in the same order.
+  // mac with A read by ldmatrix and B by ldmatrix or element by element (the two overloads of mac
+  // below): the same products in the same order.
   template <int K, class FA, class FB>
   M3_DEV void mac_fragments(const FA& fa, const FB& fb) {
     static_assert(K % 8 == 0, "K must be a multiple of 8");
