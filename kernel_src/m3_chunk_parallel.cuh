@@ -387,7 +387,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     float4* dst = reinterpret_cast<float4*>(p.ws_dstates + spare * P * N);
 #if M3_CP_BATCHED_REORDER
     // Every load of a thread before its first store (v45): the compiler must assume the stores may
-    // alias the loads, so the loop below waits one round trip per word, eight in a row.
+    // alias the loads, so the loop below waits one round trip per word, eight in a row. (Both
+    // loops spell the word out: through a shared helper v27-v43's angle kernel compiled
+    // differently.)
     constexpr int kWords = P * N / 4 / NT;
     static_assert(kWords * NT == P * N / 4, "the words split evenly over the threads");
     float4 w[kWords];
@@ -579,11 +581,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const Job job = take_ticket(p, p.ws_sync + 1, job_words);
   const int H = p.H, tid = threadIdx.x;
   if (job.seq < 0) {
-    // Tickets past the last chunk cover the rows of the partials no chunk writes, one each.
-    if (job.q < p.chunk_capacity) {
-      float* part = p.ws_partial + (job.q * H + job.h) * (2 * N + 1);
-      for (int c = tid; c < 2 * N + 1; c += NT) part[c] = 0.f;
-    }
+    zero_partials_row(p, job);
     return;
   }
 #endif

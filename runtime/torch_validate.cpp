@@ -125,7 +125,7 @@ Problem validate_shapes(const std::vector<at::Tensor>& args, bool require_cuda) 
   return pb;
 }
 
-CuSeqlensReadback::CuSeqlensReadback(const at::Tensor& cu, int64_t S) : S_(S) {
+CuSeqlensReadback::CuSeqlensReadback(const at::Tensor& cu, int64_t S) {
   if (!cu.is_cuda()) {
     host_ = cu.data_ptr<int32_t>();
     return;
@@ -147,8 +147,8 @@ CuSeqlensReadback::CuSeqlensReadback(const at::Tensor& cu, int64_t S) : S_(S) {
 
 void CuSeqlensReadback::finish(Problem& pb) {
   if (stream_) c10::cuda::stream_synchronize(stream_->stream());
-  pb.cu_seqlens.assign(host_, host_ + S_ + 1);
-  const int64_t S = S_, T = pb.T;
+  const int64_t S = pb.S, T = pb.T;
+  pb.cu_seqlens.assign(host_, host_ + S + 1);
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",
                     num(pb.cu_seqlens[0]));
   for (int64_t i = 0; i < S; ++i) {

@@ -32,16 +32,16 @@ Problem validate_arguments(const std::vector<at::Tensor>& args, bool require_cud
 // every check but the cu_seqlens values...
 Problem validate_shapes(const std::vector<at::Tensor>& args, bool require_cuda);
 
-// ...then the values: the constructor starts the copy of a CUDA cu_seqlens into a pinned buffer
-// (asynchronous, on the current stream), finish() waits for it, fills pb.cu_seqlens and checks
-// the boundaries, throwing c10::ValueError like validate_arguments.
+// ...then the values: the constructor starts the copy of a CUDA cu_seqlens (S + 1 values) into a
+// pinned buffer (asynchronous, on the current stream), finish() waits for it, fills pb.cu_seqlens
+// and checks the boundaries, throwing c10::ValueError like validate_arguments. pb is the Problem
+// validate_shapes returned for the same arguments.
 class CuSeqlensReadback {
  public:
   CuSeqlensReadback(const at::Tensor& cu_seqlens, int64_t S);
   void finish(Problem& pb);
 
  private:
-  int64_t S_;
   const int32_t* host_ = nullptr;
   c10::optional<c10::cuda::CUDAStream> stream_;
 };
