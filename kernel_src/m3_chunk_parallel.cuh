@@ -26,6 +26,9 @@
 #ifndef M3_CP_FUSED_HEADS
 #define M3_CP_FUSED_HEADS 0
 #endif
+#ifndef M3_CP_STATE_L2_PREFETCH
+#define M3_CP_STATE_L2_PREFETCH 0
+#endif
 #if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
 #error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
 #endif
@@ -592,6 +595,17 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const long long g = sh.chunk_base + j;
   const long long slot = g * H + sh.h;
   const bool last = j == chunks - 1;
+#if M3_CP_STATE_L2_PREFETCH
+  // The entering state (the forward's, 32 KB) is first read by the state-gradient update, after
+  // the chunk's staging and the wait for the successor; waits on those reads were about a tenth
+  // of the backward's stall samples in run 42. On c01 the forward's states (155 MB) exceed L2
+  // (60 MB), so most come from HBM: every thread asks L2 for one 128-byte line of it now (a bulk
+  // prefetch by one thread cost the kernel 16 bytes more of stack).
+  if (j > 0) {
+    static_assert(P * N * sizeof(float) == NT * 128, "one 128-byte line per thread");
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.ws_states + slot * P * N + tid * 32));
+  }
+#endif
 
 #if M3_CP_PREFETCH
   // The state gradient arrives only after the wait: its tile holds the raw rows until then.

@@ -35,7 +35,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v43", 32, 256}, OpConfig{"v44", 32, 256},
                                                 OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256},
                                                 OpConfig{"v47", 32, 256}, OpConfig{"v48", 32, 256},
-                                                OpConfig{"v49", 32, 256}, OpConfig{"v50", 32, 256}};
+                                                OpConfig{"v49", 32, 256}, OpConfig{"v50", 32, 256},
+                                                OpConfig{"v51", 32, 256}, OpConfig{"v52", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -55,7 +56,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
                               {"v42", "v41", "v8"}, {"v44", "v43", "v8"},
                               {"v46", "v45", "v8"}, {"v48", "v47", "v8"},
-                              {"v50", "v49", "v8"}};
+                              {"v50", "v49", "v8"}, {"v52", "v51", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -163,9 +164,10 @@ int seq_bucket(long long num_seqs) {
 // job runs (M3_CP_PERSISTENT) and the angle kernel's gradient reorder with all loads first
 // (M3_CP_BATCHED_REORDER), results bitwise v43's; v47: v43 with only the batched reorder; v49: v47
 // whose backward sums dq and dk over the heads itself, the last CTA of each chunk from L2
-// (M3_CP_FUSED_HEADS; m3_reduce_heads not launched), results bitwise v47's. v9, v12, v14, v16, v18,
-// v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48 and v50 have no kernels
-// of their own (kDispatch).
+// (M3_CP_FUSED_HEADS; m3_reduce_heads not launched), results bitwise v47's; v51: v47 whose backward
+// asks L2 for its entering state when a job starts (M3_CP_STATE_L2_PREFETCH), results bitwise
+// v47's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44,
+// v46, v48, v50 and v52 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -198,6 +200,7 @@ struct VariantTraits {
   bool persistent = false;
   bool batched_reorder = false;
   bool fused_heads = false;
+  bool state_l2_prefetch = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -234,7 +237,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v43", "v37", &VariantTraits::ldmatrix_backward},
                                     {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder},
                                     {"v47", "v43", &VariantTraits::batched_reorder},
-                                    {"v49", "v47", &VariantTraits::fused_heads}};
+                                    {"v49", "v47", &VariantTraits::fused_heads},
+                                    {"v51", "v47", &VariantTraits::state_l2_prefetch}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -314,6 +318,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
   if (tr.batched_reorder) src.options.push_back("-DM3_CP_BATCHED_REORDER=1");
   if (tr.fused_heads) src.options.push_back("-DM3_CP_FUSED_HEADS=1");
+  if (tr.state_l2_prefetch) src.options.push_back("-DM3_CP_STATE_L2_PREFETCH=1");
   src.arch = arch;
   return src;
 }
