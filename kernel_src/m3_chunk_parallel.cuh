@@ -110,8 +110,94 @@ M3_DEV void zero_partials_row(const M3Params& p, const Job& job) {
   }
 }
 
+#if M3_CP_HEAD_CLUSTERS
+#if !M3_CP_TRIMS2 || !M3_CP_GLOBAL_STATES || M3_CP_FUSED_HEADS
+#error "M3_CP_HEAD_CLUSTERS is wired into the M3_CP_TRIMS2, M3_CP_GLOBAL_STATES backward without fused head sums"
+#endif
+// A backward cluster is G CTAs (the launch's cluster size, G dividing H): the heads g G .. g G +
+// G - 1 of one chunk, rank r taking head g G + r. Its rank 0 draws one ticket for the group; the
+// tickets t = ticket G + r are the ones a CTA per job would draw, in the same order, so a chunk's
+// successor still started first. Three cluster barriers per job: the ticket, the dq/dk rows
+// ready, and the reads done (a CTA's shared memory must outlive its peers' reads of it).
+M3_DEV unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+M3_DEV unsigned cluster_ranks() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+M3_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+M3_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The address of the same shared word in the CTA of cluster rank `rank`.
+M3_DEV unsigned peer_address(const void* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
+  return remote;
+}
+M3_DEV float4 load_peer_f4(unsigned address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+M3_DEV int load_peer_s32(unsigned address) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+
+// The cluster's job: rank 0 draws the group ticket into its own shared[4]; after the first
+// barrier every rank reads it from there. Ends with the cluster barrier's arrive that says the
+// ticket was read; the job's next cluster_wait completes it.
+M3_DEV Job take_cluster_ticket(const M3Params& p, int* counter, int* shared) {
+  const unsigned rank = cluster_rank(), ranks = cluster_ranks();
+  if (threadIdx.x == 0 && rank == 0) shared[4] = atomicAdd(counter, 1);
+  cluster_arrive();
+  cluster_wait();
+  if (threadIdx.x == 0) {
+    const long long group = load_peer_s32(peer_address(shared + 4, 0));
+    decode_ticket(p, group * ranks + rank, shared);
+  }
+  cluster_arrive();
+  __syncthreads();
+  return Job{shared[0], shared[1], shared[2], shared[3]};
+}
+
+// dq and dk of the chunk's tokens summed over the cluster's heads, in rank order, into the
+// partials row of head group h / G ([T][H / G][N]); rank r sums the r-th G-th of the rows. The
+// rows wait in every rank's t2 (dq) and kr (dk) tiles, rows padded to LDN.
+M3_DEV void sum_cluster_heads(const M3Params& p, Smem& s, int h, long long token0, int len) {
+  const unsigned rank = cluster_rank(), ranks = cluster_ranks();
+  constexpr int QUADS = N / 4, SLOTS = 2 * C * QUADS;
+  const int per = SLOTS / static_cast<int>(ranks), parts = p.H / static_cast<int>(ranks);
+  const int part = h / static_cast<int>(ranks);
+  for (int e = static_cast<int>(rank) * per + threadIdx.x; e < static_cast<int>(rank + 1) * per; e += NT) {
+    const int tile = e / (C * QUADS), t = (e / QUADS) % C, quad = e % QUADS;
+    if (t >= len) continue;
+    const float* local = (tile == 0 ? s.t2 : s.kr) + t * LDN + 4 * quad;
+    float4 acc = load_peer_f4(peer_address(local, 0));
+    for (unsigned r = 1; r < ranks; ++r) {
+      const float4 x = load_peer_f4(peer_address(local, r));
+      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    float* dst = (tile == 0 ? p.ws_dqh : p.ws_dkh) + ((token0 + t) * parts + part) * N + 4 * quad;
+    *reinterpret_cast<float4*>(dst) = acc;
+  }
+}
+#endif  // M3_CP_HEAD_CLUSTERS
+
 #ifndef M3_CP_PERSISTENT
 #define M3_CP_PERSISTENT 0
+#endif
+#if M3_CP_PERSISTENT && M3_CP_HEAD_CLUSTERS
+#error "M3_CP_HEAD_CLUSTERS draws one ticket per cluster and job: not with persistent CTAs"
 #endif
 #if M3_CP_PERSISTENT && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
 #error "M3_CP_PERSISTENT builds on the job bodies of M3_CP_TRIMS2 and M3_CP_GLOBAL_STATES"
@@ -565,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     m3_cp_backward(const M3Params p) {
   using namespace m3cp;
   extern __shared__ float4 smem_raw[];
-  __shared__ int job_words[4];
+  __shared__ int job_words[M3_CP_HEAD_CLUSTERS ? 5 : 4];  // [4]: the cluster's ticket
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
   m3_allow_next_kernel();
@@ -580,6 +666,15 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       continue;
     }
     const int H = p.H, tid = threadIdx.x;
+#elif M3_CP_HEAD_CLUSTERS
+  // The ranks of a cluster share a chunk, so all of them leave here or none.
+  const Job job = take_cluster_ticket(p, p.ws_sync + 1, job_words);
+  const int H = p.H, tid = threadIdx.x;
+  if (job.seq < 0) {
+    zero_partials_row(p, job);
+    cluster_wait();
+    return;
+  }
 #else
   const Job job = take_ticket(p, p.ws_sync + 1, job_words);
   const int H = p.H, tid = threadIdx.x;
@@ -761,6 +856,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   backward_intra(p, sh, s, a, len);
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
   backward_token_epilogue(p, sh, s, a, len, qb, kb);
+#if M3_CP_HEAD_CLUSTERS
+  cluster_wait();    // every rank has read the ticket
+  cluster_arrive();  // this CTA's dq/dk rows are in t2 and kr; the tail below leaves them alone
+#endif
 
   // The reverse-cumsum carries and the one-token shift terms of the chunk after this one.
 #if M3_CP_TRIMS2
@@ -802,8 +901,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     __syncwarp();
     if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(tail_flags(p) + slot), "r"(1) : "memory");
   }
+#if M3_CP_HEAD_CLUSTERS
+  cluster_wait();
+  sum_cluster_heads(p, s, sh.h, sh.start + a, len);
+  cluster_arrive();
+#endif
   // bc.dd_sum is this chunk's share of dd; thread 0, the only one to use it, holds it.
   write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
+#if M3_CP_HEAD_CLUSTERS
+  cluster_wait();  // no peer reads this CTA's rows any more
+#endif
 #if M3_CP_FUSED_HEADS
   reduce_heads_of_chunk(p, g, sh.start + a, len);
 #endif

@@ -170,6 +170,14 @@ using Tile = RegTile<M, NC, TM, TN, NT>;
 #ifndef M3_LDMATRIX
 #define M3_LDMATRIX 0
 #endif
+// M3_CP_HEAD_CLUSTERS (v53): the backward runs as clusters of CTAs, one per head of a group of
+// heads of the same chunk; each CTA leaves its per-token dq and dk rows in shared memory (the t2
+// and kr tiles, dead after the epilogue) and the cluster sums them over its heads through
+// distributed shared memory (m3_chunk_parallel.cuh), so the per-head partials the backward writes
+// and m3_reduce_heads reads shrink by the cluster size.
+#ifndef M3_CP_HEAD_CLUSTERS
+#define M3_CP_HEAD_CLUSTERS 0
+#endif
 #if M3_LDMATRIX && (!M3_USE_MMA || M3_SPLIT_TF32)
 #error "M3_LDMATRIX feeds the plain tf32 tensor-core products"
 #endif
@@ -1510,9 +1518,16 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
           qb[j] += dqh[j];
           kb[j] += dkh[j];
         }
+#if M3_CP_HEAD_CLUSTERS
+        // Where this thread read dks and kr: no other thread reads those words.
+        (void)tg;
+        store_f32x8(s.t2 + t * LDN + 8 * o, dqh);
+        store_f32x8(s.kr + t * LDN + 8 * o, dkh);
+#else
         const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
         store_f32x8(p.ws_dqh + base, dqh);
         store_f32x8(p.ws_dkh + base, dkh);
+#endif
       }
 #if M3_CP_TRIMS
       dscs[ps] = dsc;

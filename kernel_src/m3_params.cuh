@@ -70,6 +70,10 @@ struct M3Params {
   // [chunk capacity][2]: the (sequence, round) pair of every ticket's chunk, -1 past the last;
   // written by m3_cp_angles for the variants built with M3_CP_TRIMS, else unused.
   int* ws_schedule;
+  // Rows per token of ws_dqh and ws_dkh: H, or H / G for the variants whose backward sums dq and
+  // dk over clusters of G heads (M3_CP_HEAD_CLUSTERS); read by m3_reduce_heads built with
+  // M3_REDUCE_HEAD_PARTS.
+  int head_parts;
 };
 
 // Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both

@@ -15,6 +15,19 @@
 #ifndef M3_REDUCE_WIDE
 #define M3_REDUCE_WIDE 0
 #endif
+// M3_REDUCE_HEAD_PARTS (v53): the backward left p.head_parts rows per token instead of p.H.
+#ifndef M3_REDUCE_HEAD_PARTS
+#define M3_REDUCE_HEAD_PARTS 0
+#endif
+#if M3_REDUCE_HEAD_PARTS && !M3_REDUCE_WIDE
+#error "M3_REDUCE_HEAD_PARTS is wired into the wide reduce kernels only"
+#endif
+// The M3Params field that counts a token's rows of dq and dk partials.
+#if M3_REDUCE_HEAD_PARTS
+#define M3_HEAD_ROWS head_parts
+#else
+#define M3_HEAD_ROWS H
+#endif
 #if M3_PDL && !M3_REDUCE_WIDE
 #error "M3_PDL is wired into the wide reduce kernels only"
 #endif
@@ -31,11 +44,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   if (idx >= static_cast<long long>(p.T) * QUADS) return;
   const long long t = idx / QUADS;
   const int n = 4 * static_cast<int>(idx % QUADS);
-  const float4* q = reinterpret_cast<const float4*>(p.ws_dqh + t * p.H * M3_N + n);
-  const float4* k = reinterpret_cast<const float4*>(p.ws_dkh + t * p.H * M3_N + n);
+  const float4* q = reinterpret_cast<const float4*>(p.ws_dqh + t * p.M3_HEAD_ROWS * M3_N + n);
+  const float4* k = reinterpret_cast<const float4*>(p.ws_dkh + t * p.M3_HEAD_ROWS * M3_N + n);
   float4 aq = make_float4(0.f, 0.f, 0.f, 0.f), ak = aq;
 #pragma unroll 8
-  for (int h = 0; h < p.H; ++h) {
+  for (int h = 0; h < p.M3_HEAD_ROWS; ++h) {
     const float4 x = q[h * QUADS], y = k[h * QUADS];
     aq.x += x.x, aq.y += x.y, aq.z += x.z, aq.w += x.w;
     ak.x += y.x, ak.y += y.y, ak.z += y.z, ak.w += y.w;

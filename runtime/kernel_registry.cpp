@@ -36,7 +36,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v45", 32, 256}, OpConfig{"v46", 32, 256},
                                                 OpConfig{"v47", 32, 256}, OpConfig{"v48", 32, 256},
                                                 OpConfig{"v49", 32, 256}, OpConfig{"v50", 32, 256},
-                                                OpConfig{"v51", 32, 256}, OpConfig{"v52", 32, 256}};
+                                                OpConfig{"v51", 32, 256}, OpConfig{"v52", 32, 256},
+                                                OpConfig{"v53", 32, 256}, OpConfig{"v54", 32, 256},
+                                                OpConfig{"v55", 32, 256}, OpConfig{"v56", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -56,7 +58,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v36", "v35", "v8"}, {"v38", "v37", "v8"}, {"v40", "v39", "v8"},
                               {"v42", "v41", "v8"}, {"v44", "v43", "v8"},
                               {"v46", "v45", "v8"}, {"v48", "v47", "v8"},
-                              {"v50", "v49", "v8"}, {"v52", "v51", "v8"}};
+                              {"v50", "v49", "v8"}, {"v52", "v51", "v8"},
+                              {"v54", "v53", "v8"}, {"v56", "v55", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -166,8 +169,11 @@ int seq_bucket(long long num_seqs) {
 // whose backward sums dq and dk over the heads itself, the last CTA of each chunk from L2
 // (M3_CP_FUSED_HEADS; m3_reduce_heads not launched), results bitwise v47's; v51: v47 whose backward
 // asks L2 for its entering state when a job starts (M3_CP_STATE_L2_PREFETCH), results bitwise
-// v47's. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44,
-// v46, v48, v50 and v52 have no kernels of their own (kDispatch).
+// v47's; v53: v47 whose backward runs in clusters of 4 CTAs, the heads of one chunk, which sum
+// their dq and dk rows over the cluster through distributed shared memory (M3_CP_HEAD_CLUSTERS,
+// m3_reduce_heads then sums H / 4 rows per token); v55: v53 with clusters of 8. v9, v12, v14,
+// v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52,
+// v54 and v56 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -201,6 +207,8 @@ struct VariantTraits {
   bool batched_reorder = false;
   bool fused_heads = false;
   bool state_l2_prefetch = false;
+  bool head_clusters = false;       // clusters of 4 heads (v53)
+  bool wide_head_clusters = false;  // of 8 (v55)
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -238,7 +246,9 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v45", "v43", &VariantTraits::persistent, &VariantTraits::batched_reorder},
                                     {"v47", "v43", &VariantTraits::batched_reorder},
                                     {"v49", "v47", &VariantTraits::fused_heads},
-                                    {"v51", "v47", &VariantTraits::state_l2_prefetch}};
+                                    {"v51", "v47", &VariantTraits::state_l2_prefetch},
+                                    {"v53", "v47", &VariantTraits::head_clusters},
+                                    {"v55", "v53", &VariantTraits::wide_head_clusters}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -319,6 +329,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.batched_reorder) src.options.push_back("-DM3_CP_BATCHED_REORDER=1");
   if (tr.fused_heads) src.options.push_back("-DM3_CP_FUSED_HEADS=1");
   if (tr.state_l2_prefetch) src.options.push_back("-DM3_CP_STATE_L2_PREFETCH=1");
+  // The cluster size is the launch's (head_cluster_size): v53's and v55's kernels are the same.
+  if (tr.head_clusters) src.options.push_back("-DM3_CP_HEAD_CLUSTERS=1");
   src.arch = arch;
   return src;
 }
@@ -327,17 +339,29 @@ bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_redu
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
 bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
+unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
+  const VariantTraits tr = kernel_traits(c);
+  if (!tr.head_clusters) return 1;
+  // The largest power of two up to the variant's size that divides H: every cluster then holds
+  // heads of one chunk. (H = 1 runs clusters of one CTA: the same code, no partner.)
+  unsigned g = tr.wide_head_clusters ? 8 : 4;
+  while (g > 1 && heads % g != 0) g /= 2;
+  return g;
+}
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const bool wide = uses_wide_reductions(c);
   const bool pdl = uses_programmatic_launch(c);
+  const bool parts = kernel_traits(c).head_clusters;
   KernelSource src;
-  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") + "]";
+  src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
+             (parts ? ",head_parts" : "") + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
   if (wide) src.options.push_back("-DM3_REDUCE_WIDE=1");
   if (pdl) src.options.push_back("-DM3_PDL=1");
+  if (parts) src.options.push_back("-DM3_REDUCE_HEAD_PARTS=1");
   src.arch = arch;
   return src;
 }

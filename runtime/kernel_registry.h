@@ -66,6 +66,10 @@ bool uses_persistent_ctas(const OpConfig& config);
 // True for the variants (v49 on) whose backward sums dq and dk over the heads itself:
 // m3_reduce_heads is not launched for them.
 bool uses_fused_head_sums(const OpConfig& config);
+// The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
+// dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
+// divides H. ws_dqh and ws_dkh then hold H / size rows per token.
+unsigned head_cluster_size(const OpConfig& config, int64_t heads);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

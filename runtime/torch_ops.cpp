@@ -270,6 +270,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.S = static_cast<int>(S);
   p.H = static_cast<int>(H);
   p.forward_only = forward_only ? 1 : 0;
+  // The backward of the head-cluster variants sums dq and dk over each cluster's heads itself.
+  const unsigned head_cluster = chunk_parallel ? head_cluster_size(run_config, H) : 1;
+  p.head_parts = static_cast<int>(H / head_cluster);
 
   const unsigned threads = static_cast<unsigned>(config.threads);
   const CallKernels kernels = kernels_for(run_config, seq_bucket(S), q.device().index(), capturing);
@@ -302,7 +305,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     allocate_gradients();
     lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
+    lc.cluster[0] = head_cluster;  // divides H, and so the grid of total_chunks * H CTAs
     kernels.cp_backward->launch(lc, args);
+    lc.cluster[0] = 1;
   } else {
     allocate_gradients();
     lc.grid[0] = static_cast<unsigned>(H);

@@ -144,7 +144,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -199,6 +199,30 @@ TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry
   CHECK(std::find(options.begin(), options.end(), "-DM3_CP_FUSED_HEADS=1") != options.end());
   CHECK_FALSE(uses_fused_head_sums(parse_op_config("variant=v8")));
   CHECK_THROWS_AS(uses_fused_head_sums(parse_op_config("variant=v50")), std::invalid_argument);
+}
+
+TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[registry]") {
+  const OpConfig v47 = parse_op_config("variant=v47"), v53 = parse_op_config("variant=v53"),
+                 v55 = parse_op_config("variant=v55");
+  CHECK(head_cluster_size(v47, 32) == 1);
+  CHECK(head_cluster_size(v53, 32) == 4);
+  CHECK(head_cluster_size(v53, 12) == 4);
+  CHECK(head_cluster_size(v53, 6) == 2);
+  CHECK(head_cluster_size(v53, 1) == 1);
+  CHECK(head_cluster_size(v55, 32) == 8);
+  CHECK(head_cluster_size(v55, 12) == 4);
+  CHECK(head_cluster_size(v55, 7) == 1);
+  const auto has = [](const KernelSource& src, const std::string& option) {
+    return std::find(src.options.begin(), src.options.end(), option) != src.options.end();
+  };
+  CHECK(has(scan_source(v53, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
+  CHECK_FALSE(has(scan_source(v47, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
+  // The cluster size is the launch's: the two variants compile the same kernels.
+  CHECK(scan_source(v53, 8).options == scan_source(v55, 8).options);
+  CHECK(has(reduce_source(v53), "-DM3_REDUCE_HEAD_PARTS=1"));
+  CHECK_FALSE(has(reduce_source(v47), "-DM3_REDUCE_HEAD_PARTS=1"));
+  CHECK(reduce_source(v53).name != reduce_source(v47).name);
+  CHECK_THROWS_AS(head_cluster_size(parse_op_config("variant=v54"), 32), std::invalid_argument);
 }
 
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {
