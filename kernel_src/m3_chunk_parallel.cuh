@@ -29,6 +29,9 @@
 #ifndef M3_CP_STATE_L2_PREFETCH
 #define M3_CP_STATE_L2_PREFETCH 0
 #endif
+#ifndef M3_CP_NEIGHBOUR_L2_PREFETCH
+#define M3_CP_NEIGHBOUR_L2_PREFETCH 0
+#endif
 #if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
 #error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
 #endif
@@ -91,6 +94,51 @@ M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
   shared[2] = static_cast<int>(t % p.H);
   shared[3] = static_cast<int>(q);
 }
+
+#if M3_CP_NEIGHBOUR_L2_PREFETCH
+// M3_CP_NEIGHBOUR_L2_PREFETCH (v57): a job asks L2 for the inputs of the next chunk of its chain
+// (the forward: j + 1; the backward: j - 1, with the state entering it), whose job starts about
+// one job later: its staging loads then hit L2 instead of HBM. Those loads were the forward's
+// largest stall (run 33) and about 6% of the backward's samples (run 42). One 128-byte line per
+// item: the token rows of v, z, dout and the angles (one line or half a line per token and head),
+// the ends of the adt, dt and trap runs, this head's share of the q and k lines (the H heads of a
+// chunk split them), and the backward's 256 lines of state.
+M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 [%0];" ::"l"(address)); }
+
+M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, const float* state) {
+  const int H = p.H, T = p.T;
+  const int an = jn * C, lenn = min(C, sh.len - an);
+  const long long t0 = sh.start + an;
+  constexpr int kRows = 4 * C, kRuns = 6, kStateLines = P * N / 32;
+  const int qk_lines = 4 * lenn;  // q and k rows: two lines per token each (N bf16 = 256 bytes)
+  const int qk_share = (qk_lines - sh.h + H - 1) / H;  // lines h, h + H, ...: this head's
+  const int total = kRows + kRuns + qk_share + (state ? kStateLines : 0);
+  for (int i = threadIdx.x; i < total; i += NT) {
+    if (i < kRows) {
+      const int which = i / C, t = i % C;
+      if (t >= lenn) continue;
+      const long long row = (t0 + t) * H + sh.h;
+      if (which == 0) prefetch_l2(p.v + row * P);
+      if (which == 1) prefetch_l2(p.z + row * P);
+      if (which == 2 && p.dout) prefetch_l2(p.dout + row * P);
+      if (which == 3) prefetch_l2(p.angles + row * A);
+    } else if (i < kRows + kRuns) {
+      const int r = i - kRows;
+      const long long e = static_cast<long long>(sh.h) * T + t0 + ((r & 1) ? lenn - 1 : 0);
+      if (r < 2) prefetch_l2(p.adt + e);
+      else if (r < 4) prefetch_l2(p.dt + e);
+      else prefetch_l2(p.trap + e);
+    } else if (i < kRows + kRuns + qk_share) {
+      const int line = sh.h + H * (i - kRows - kRuns);  // 0 .. 4 lenn - 1
+      const int t = line >> 2, half = line & 1;
+      const m3_bf16* rows = (line & 2) ? p.k : p.q;
+      prefetch_l2(rows + (t0 + t) * N + half * (N / 2));
+    } else {
+      prefetch_l2(state + (i - kRows - kRuns - qk_share) * 32);
+    }
+  }
+}
+#endif
 
 M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
   if (threadIdx.x == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
@@ -517,6 +565,9 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
   const long long g = sh.chunk_base + j;
   const long long slot = g * H + sh.h;
   const bool last = j == chunks - 1;
+#if M3_CP_NEIGHBOUR_L2_PREFETCH
+  if (!last) prefetch_chunk_inputs(p, sh, j + 1, nullptr);
+#endif
 
 #if M3_CP_PREFETCH
   // The entering state arrives only after the wait: its tile holds the raw rows until then.
@@ -700,6 +751,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     static_assert(P * N * sizeof(float) == NT * 128, "one 128-byte line per thread");
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.ws_states + slot * P * N + tid * 32));
   }
+#endif
+#if M3_CP_NEIGHBOUR_L2_PREFETCH
+  // Chunk j - 1 reads the state entering it unless it is the sequence's first.
+  if (j > 0) prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
 #endif
 
 #if M3_CP_PREFETCH
