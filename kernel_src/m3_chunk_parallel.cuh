@@ -102,7 +102,8 @@ M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
 // largest stall (run 33) and about 6% of the backward's samples (run 42). One 128-byte line per
 // item: the token rows of v, z, dout and the angles (one line or half a line per token and head),
 // the ends of the adt, dt and trap runs, this head's share of the q and k lines (the H heads of a
-// chunk split them), and the backward's 256 lines of state.
+// chunk split them), and the backward's 256 lines of state. M3_CP_NEIGHBOUR_L2_PREFETCH=2 (v59):
+// the forward's only (run 45: v57's forward -1 to -3%, its backward +2 to +5%).
 M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 [%0];" ::"l"(address)); }
 
 M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, const float* state) {
@@ -754,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
 #if M3_CP_NEIGHBOUR_L2_PREFETCH
   // Chunk j - 1 reads the state entering it unless it is the sequence's first.
-  if (j > 0) prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
+  if (M3_CP_NEIGHBOUR_L2_PREFETCH == 1 && j > 0) prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
 #endif
 
 #if M3_CP_PREFETCH

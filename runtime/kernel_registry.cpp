@@ -39,7 +39,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v51", 32, 256}, OpConfig{"v52", 32, 256},
                                                 OpConfig{"v53", 32, 256}, OpConfig{"v54", 32, 256},
                                                 OpConfig{"v55", 32, 256}, OpConfig{"v56", 32, 256},
-                                                OpConfig{"v57", 32, 256}, OpConfig{"v58", 32, 256}};
+                                                OpConfig{"v57", 32, 256}, OpConfig{"v58", 32, 256},
+                                                OpConfig{"v59", 32, 256}, OpConfig{"v60", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -61,7 +62,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v46", "v45", "v8"}, {"v48", "v47", "v8"},
                               {"v50", "v49", "v8"}, {"v52", "v51", "v8"},
                               {"v54", "v53", "v8"}, {"v56", "v55", "v8"},
-                              {"v58", "v57", "v8"}};
+                              {"v58", "v57", "v8"}, {"v60", "v59", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -175,9 +176,9 @@ int seq_bucket(long long num_seqs) {
 // their dq and dk rows over the cluster through distributed shared memory (M3_CP_HEAD_CLUSTERS,
 // m3_reduce_heads then sums H / 4 rows per token); v55: v53 with clusters of 8; v57: v51 whose
 // forward and backward jobs also ask L2 for the inputs of the next chunk of their chain
-// (M3_CP_NEIGHBOUR_L2_PREFETCH), results bitwise v51's. v9, v12, v14, v16, v18, v20, v22, v24,
-// v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56 and v58 have no
-// kernels of their own (kDispatch).
+// (M3_CP_NEIGHBOUR_L2_PREFETCH), results bitwise v51's; v59: v51 with that prefetch in the forward
+// only. v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44,
+// v46, v48, v50, v52, v54, v56, v58 and v60 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -214,6 +215,7 @@ struct VariantTraits {
   bool head_clusters = false;       // clusters of 4 heads (v53)
   bool wide_head_clusters = false;  // of 8 (v55)
   bool neighbour_l2_prefetch = false;
+  bool neighbour_l2_prefetch_forward_only = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -254,7 +256,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v51", "v47", &VariantTraits::state_l2_prefetch},
                                     {"v53", "v47", &VariantTraits::head_clusters},
                                     {"v55", "v53", &VariantTraits::wide_head_clusters},
-                                    {"v57", "v51", &VariantTraits::neighbour_l2_prefetch}};
+                                    {"v57", "v51", &VariantTraits::neighbour_l2_prefetch},
+                                    {"v59", "v51", &VariantTraits::neighbour_l2_prefetch_forward_only}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -338,6 +341,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   // The cluster size is the launch's (head_cluster_size): v53's and v55's kernels are the same.
   if (tr.head_clusters) src.options.push_back("-DM3_CP_HEAD_CLUSTERS=1");
   if (tr.neighbour_l2_prefetch) src.options.push_back("-DM3_CP_NEIGHBOUR_L2_PREFETCH=1");
+  if (tr.neighbour_l2_prefetch_forward_only) src.options.push_back("-DM3_CP_NEIGHBOUR_L2_PREFETCH=2");
   src.arch = arch;
   return src;
 }
