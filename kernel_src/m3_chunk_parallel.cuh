@@ -95,6 +95,9 @@ M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
   shared[3] = static_cast<int>(q);
 }
 
+// Asks L2 for the 128-byte line holding `address`; nothing waits for it.
+M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 [%0];" ::"l"(address)); }
+
 #if M3_CP_NEIGHBOUR_L2_PREFETCH
 // M3_CP_NEIGHBOUR_L2_PREFETCH (v57): a job asks L2 for the inputs of the next chunk of its chain
 // (the forward: j + 1; the backward: j - 1, with the state entering it), whose job starts about
@@ -104,7 +107,6 @@ M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
 // the ends of the adt, dt and trap runs, this head's share of the q and k lines (the H heads of a
 // chunk split them), and the backward's 256 lines of state. M3_CP_NEIGHBOUR_L2_PREFETCH=2 (v59):
 // the forward's only (run 45: v57's forward -1 to -3%, its backward +2 to +5%).
-M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 [%0];" ::"l"(address)); }
 
 M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, const float* state) {
   const int H = p.H, T = p.T;
@@ -750,12 +752,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // prefetch by one thread cost the kernel 16 bytes more of stack).
   if (j > 0) {
     static_assert(P * N * sizeof(float) == NT * 128, "one 128-byte line per thread");
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.ws_states + slot * P * N + tid * 32));
+    prefetch_l2(p.ws_states + slot * P * N + tid * 32);
   }
 #endif
 #if M3_CP_NEIGHBOUR_L2_PREFETCH
   // Chunk j - 1 reads the state entering it unless it is the sequence's first.
-  if (M3_CP_NEIGHBOUR_L2_PREFETCH == 1 && j > 0) prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
+  if (M3_CP_NEIGHBOUR_L2_PREFETCH == 1 && j > 0) {
+    prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
+  }
 #endif
 
 #if M3_CP_PREFETCH
