@@ -415,4 +415,24 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
   return all;
 }
 
+std::vector<KernelSource> specializations_for(const OpConfig& config, const std::string& arch) {
+  require_known(config);
+  // The longest sequence picks a dispatch-only variant's kernels: the two lengths give both sets
+  // (the same one twice for the other variants).
+  const std::vector<OpConfig> kernel_sets = {resolve_kernels(config, kExactProductsAboveLen),
+                                             resolve_kernels(config, kExactProductsAboveLen + 1)};
+  std::vector<KernelSource> specs;
+  const auto add = [&](KernelSource src) {
+    for (const auto& s : specs) {
+      if (s.name == src.name) return;
+    }
+    specs.push_back(std::move(src));
+  };
+  for (const auto& c : kernel_sets) {
+    for (int b : kBuckets) add(scan_source(c, b, arch));
+    add(reduce_source(c, arch));
+  }
+  return specs;
+}
+
 }  // namespace mamba3_jit

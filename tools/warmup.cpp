@@ -21,12 +21,16 @@ namespace {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: mamba3-jit-warmup [--arch sm_90a] [--cache-dir DIR] [--jobs N]\n"
-               "                         [--filter REGEX] [--limit N] [--list]\n"
-               "Compiles every kernel specialisation into the JIT cache. No GPU is needed.\n"
+               "                         [--config TEXT]... [--filter REGEX] [--limit N] [--list]\n"
+               "Compiles kernel specialisations into the JIT cache: every one, or those the\n"
+               "configurations given with --config can run. No GPU is needed.\n"
                "  --arch       target architecture (default sm_90a)\n"
                "  --cache-dir  cache directory (default: MAMBA3_JIT_CACHE_DIR, else\n"
                "               $XDG_CACHE_HOME/mamba3-jit, else ~/.cache/mamba3-jit)\n"
                "  --jobs       parallel compiles (default: number of CPUs)\n"
+               "  --config     only what a call with this configuration can run: 'default' (the\n"
+               "               operator's default) or the solver's CONFIG as key=value pairs, e.g.\n"
+               "               'variant=v60,chunk=32,threads=256'; may be repeated\n"
                "  --filter     only specialisations whose name matches REGEX (search)\n"
                "  --limit      only the first N specialisations (after --filter)\n"
                "  --list       print each specialisation, its key and whether it is cached\n");
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
   std::string arch = "sm_90a";
   std::string cache_dir;
   std::string filter;
+  std::vector<mamba3_jit::OpConfig> configs;
   unsigned long jobs = std::max(1u, std::thread::hardware_concurrency());
   unsigned long limit = 0;
   bool list = false;
@@ -66,6 +71,15 @@ int main(int argc, char** argv) {
     } else if (a == "--jobs") {
       if (!parse_count(value(), &jobs) || jobs == 0) {
         std::fprintf(stderr, "mamba3-jit-warmup: --jobs needs a positive number\n");
+        return 2;
+      }
+    } else if (a == "--config") {
+      const std::string text = value();
+      try {
+        configs.push_back(text == "default" ? mamba3_jit::OpConfig{} : mamba3_jit::parse_op_config(text));
+        (void)mamba3_jit::specializations_for(configs.back(), arch);  // an unknown configuration fails here
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mamba3-jit-warmup: --config '%s': %s\n", text.c_str(), e.what());
         return 2;
       }
     } else if (a == "--filter") {
@@ -94,7 +108,17 @@ int main(int argc, char** argv) {
   if (cache_dir.empty()) cache_dir = mamba3_jit::KernelCache::default_dir();
 
   try {
-    std::vector<mamba3_jit::KernelSource> specs = mamba3_jit::all_specializations(arch);
+    std::vector<mamba3_jit::KernelSource> specs;
+    if (configs.empty()) {
+      specs = mamba3_jit::all_specializations(arch);
+    } else {
+      for (const auto& c : configs) {
+        for (auto& s : mamba3_jit::specializations_for(c, arch)) {
+          const bool seen = std::any_of(specs.begin(), specs.end(), [&](const auto& t) { return t.name == s.name; });
+          if (!seen) specs.push_back(std::move(s));
+        }
+      }
+    }
     if (!filter.empty()) {
       const std::regex re(filter);
       specs.erase(std::remove_if(specs.begin(), specs.end(),

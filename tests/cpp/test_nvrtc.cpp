@@ -225,6 +225,37 @@ TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[r
   CHECK_THROWS_AS(head_cluster_size(parse_op_config("variant=v54"), 32), std::invalid_argument);
 }
 
+TEST_CASE("specializations_for names every kernel a configuration can run, each once", "[registry]") {
+  const auto has = [](const std::vector<KernelSource>& specs, const std::string& name) {
+    return std::count_if(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == name; }) == 1;
+  };
+  const OpConfig v59 = parse_op_config("variant=v59"), v60 = parse_op_config("variant=v60"),
+                 v8 = parse_op_config("variant=v8");
+  const auto own = specializations_for(v59, "sm_90a");
+  const auto dispatched = specializations_for(v60, "sm_90a");
+  // Five sequence-count buckets and one reduce source per kernel set; v60 dispatches to v59 and v8.
+  CHECK(own.size() == 6);
+  CHECK(dispatched.size() == 12);
+  for (const char* bucket : {"1", "2", "4", "8", "any"}) {
+    CHECK(has(own, std::string("m3_chunk_parallel[v59,C=32,S<=") + bucket + "]"));
+    CHECK(has(dispatched, std::string("m3_chunk_parallel[v59,C=32,S<=") + bucket + "]"));
+    CHECK(has(dispatched, std::string("m3_chunk_scan[v8,C=32,S<=") + bucket + "]"));
+  }
+  CHECK(has(dispatched, reduce_source(v59).name));
+  CHECK(has(dispatched, reduce_source(v8).name));
+  // The same sources the full list holds, so that a targeted warm-up fills the same cache keys.
+  const auto all = all_specializations("sm_90a");
+  for (const auto& s : dispatched) {
+    INFO(s.name);
+    const auto it = std::find_if(all.begin(), all.end(), [&](const KernelSource& a) { return a.name == s.name; });
+    REQUIRE(it != all.end());
+    CHECK(it->options == s.options);
+    CHECK(it->code == s.code);
+  }
+  CHECK(specializations_for(OpConfig{}, "sm_90a").size() == specializations_for(parse_op_config("variant=" + OpConfig{}.variant), "sm_90a").size());
+  CHECK_THROWS_AS(specializations_for(OpConfig{"v999", 32, 256}), std::invalid_argument);
+}
+
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {
   KernelSource src;
   src.name = "smoke";

@@ -99,8 +99,31 @@ TEST_CASE("warm-up --list names every specialisation without compiling", "[tools
   CHECK(list_entries(tmp.sub("cache")).empty());
 }
 
+TEST_CASE("warm-up --config lists what that configuration can run, and only that", "[tools]") {
+  test::TempDir tmp;
+  const std::string base = std::string(MAMBA3_JIT_WARMUP_EXE) + " --list --cache-dir " + tmp.sub("cache");
+  const auto r = test::run_command(base + " --config variant=v60 --config variant=v59", tmp.path());
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  const auto expected = specializations_for(parse_op_config("variant=v60"), "sm_90a");
+  std::size_t lines = 0;
+  for (std::size_t at = r.out.find('\n'); at != std::string::npos; at = r.out.find('\n', at + 1)) ++lines;
+  CHECK(lines == expected.size());  // v59's kernels are v60's already: listed once
+  for (const auto& s : expected) CHECK(r.out.find(s.name) != std::string::npos);
+  CHECK(r.out.find("[v47,") == std::string::npos);
+  const auto d = test::run_command(base + " --config default", tmp.path());
+  INFO(d.out);
+  CHECK(d.exit_code == 0);
+  for (const auto& s : specializations_for(OpConfig{}, "sm_90a")) CHECK(d.out.find(s.name) != std::string::npos);
+  CHECK(list_entries(tmp.sub("cache")).empty());
+}
+
 TEST_CASE("warm-up rejects bad arguments", "[tools]") {
   test::TempDir tmp;
+  const auto unknown = test::run_command(std::string(MAMBA3_JIT_WARMUP_EXE) + " --config variant=v999", tmp.path());
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.out.find("--config 'variant=v999'") != std::string::npos);
+  CHECK(test::run_command(std::string(MAMBA3_JIT_WARMUP_EXE) + " --config colour=blue", tmp.path()).exit_code == 2);
   CHECK(test::run_command(std::string(MAMBA3_JIT_WARMUP_EXE) + " --bogus", tmp.path()).exit_code == 2);
   CHECK(test::run_command(std::string(MAMBA3_JIT_WARMUP_EXE) + " --jobs 0", tmp.path()).exit_code == 2);
   CHECK(test::run_command(std::string(MAMBA3_JIT_CACHE_EXE) + " prune", tmp.path()).exit_code == 2);
