@@ -361,9 +361,8 @@ unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
 }
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
-  const bool wide = uses_wide_reductions(c);
-  const bool pdl = uses_programmatic_launch(c);
-  const bool parts = kernel_traits(c).head_clusters;
+  const VariantTraits tr = kernel_traits(c);
+  const bool wide = tr.wide_reductions, pdl = tr.programmatic_launch, parts = tr.head_clusters;
   KernelSource src;
   src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
              (parts ? ",head_parts" : "") + "]";
@@ -392,6 +391,14 @@ std::size_t forward_smem_bytes(const OpConfig& c) {
   return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state);
 }
 
+namespace {
+// Appends `src` unless a specialisation of the same name is there already.
+void append_unique(std::vector<KernelSource>& specs, KernelSource src) {
+  const bool seen = std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == src.name; });
+  if (!seen) specs.push_back(std::move(src));
+}
+}  // namespace
+
 std::vector<KernelSource> all_specializations(const std::string& arch) {
   std::vector<KernelSource> all;
   KernelSource smoke;
@@ -403,34 +410,23 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
     if (dispatch_only(c)) continue;
     for (int b : kBuckets) all.push_back(scan_source(c, b, arch));
   }
-  // The reduce kernels depend only on the block size and M3_REDUCE_WIDE.
-  std::vector<std::string> reduce_seen;
+  // Many variants share a reduce specialisation (the block size and the reduce switches name it).
   for (const auto& c : known_configs()) {
-    if (dispatch_only(c)) continue;
-    KernelSource src = reduce_source(c, arch);
-    if (std::find(reduce_seen.begin(), reduce_seen.end(), src.name) != reduce_seen.end()) continue;
-    reduce_seen.push_back(src.name);
-    all.push_back(std::move(src));
+    if (!dispatch_only(c)) append_unique(all, reduce_source(c, arch));
   }
   return all;
 }
 
-std::vector<KernelSource> specializations_for(const OpConfig& config, const std::string& arch) {
-  require_known(config);
-  // The longest sequence picks a dispatch-only variant's kernels: the two lengths give both sets
-  // (the same one twice for the other variants).
-  const std::vector<OpConfig> kernel_sets = {resolve_kernels(config, kExactProductsAboveLen),
-                                             resolve_kernels(config, kExactProductsAboveLen + 1)};
+std::vector<KernelSource> specializations_for(const std::vector<OpConfig>& configs, const std::string& arch) {
   std::vector<KernelSource> specs;
-  const auto add = [&](KernelSource src) {
-    for (const auto& s : specs) {
-      if (s.name == src.name) return;
+  for (const auto& config : configs) {
+    // The longest sequence picks a dispatch-only variant's kernels: the two lengths give both sets
+    // (the same one twice for the other variants).
+    for (const OpConfig& c :
+         {resolve_kernels(config, kExactProductsAboveLen), resolve_kernels(config, kExactProductsAboveLen + 1)}) {
+      for (int b : kBuckets) append_unique(specs, scan_source(c, b, arch));
+      append_unique(specs, reduce_source(c, arch));
     }
-    specs.push_back(std::move(src));
-  };
-  for (const auto& c : kernel_sets) {
-    for (int b : kBuckets) add(scan_source(c, b, arch));
-    add(reduce_source(c, arch));
   }
   return specs;
 }

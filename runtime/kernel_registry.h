@@ -77,9 +77,9 @@ std::size_t backward_smem_bytes(const OpConfig& config);
 
 // All specialisations for `arch` (empty = default_arch()).
 std::vector<KernelSource> all_specializations(const std::string& arch = "");
-// The specialisations a call with `config` can request, each once: its scan kernels for every
-// sequence-count bucket and its reduce kernels; for a dispatch-only variant those of both kernel
-// sets it dispatches to. Throws std::invalid_argument for an unknown configuration.
-std::vector<KernelSource> specializations_for(const OpConfig& config, const std::string& arch = "");
+// The specialisations calls with `configs` can request, each once: their scan kernels for every
+// sequence-count bucket and their reduce kernels; for a dispatch-only variant those of both
+// kernel sets it dispatches to. Throws std::invalid_argument for an unknown configuration.
+std::vector<KernelSource> specializations_for(const std::vector<OpConfig>& configs, const std::string& arch = "");
 
 }  // namespace mamba3_jit

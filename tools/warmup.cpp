@@ -108,17 +108,9 @@ int main(int argc, char** argv) {
   if (cache_dir.empty()) cache_dir = mamba3_jit::KernelCache::default_dir();
 
   try {
-    std::vector<mamba3_jit::KernelSource> specs;
-    if (configs.empty()) {
-      specs = mamba3_jit::all_specializations(arch);
-    } else {
-      for (const auto& c : configs) {
-        for (auto& s : mamba3_jit::specializations_for(c, arch)) {
-          const bool seen = std::any_of(specs.begin(), specs.end(), [&](const auto& t) { return t.name == s.name; });
-          if (!seen) specs.push_back(std::move(s));
-        }
-      }
-    }
+    std::vector<mamba3_jit::KernelSource> specs = configs.empty()
+                                                       ? mamba3_jit::all_specializations(arch)
+                                                       : mamba3_jit::specializations_for(configs, arch);
     if (!filter.empty()) {
       const std::regex re(filter);
       specs.erase(std::remove_if(specs.begin(), specs.end(),

@@ -15,6 +15,12 @@
 
 using namespace mamba3_jit;
 
+namespace {
+bool has_option(const KernelSource& src, const std::string& option) {
+  return std::find(src.options.begin(), src.options.end(), option) != src.options.end();
+}
+}  // namespace
+
 TEST_CASE("default_arch is sm_90a without a driver", "[nvrtc]") {
   if (driver::available()) {
     WARN("a CUDA driver is present: default_arch() is " << default_arch());
@@ -162,32 +168,26 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
 }
 
 TEST_CASE("only the variants launched early carry griddepcontrol, in the scan and the reduce kernels", "[registry]") {
-  const auto has_pdl = [](const KernelSource& s) {
-    return std::find(s.options.begin(), s.options.end(), "-DM3_PDL=1") != s.options.end();
-  };
   const OpConfig v37 = parse_op_config("variant=v37"), v39 = parse_op_config("variant=v39");
   CHECK_FALSE(uses_programmatic_launch(v37));
   CHECK(uses_programmatic_launch(v39));
-  CHECK_FALSE(has_pdl(scan_source(v37, 8)));
-  CHECK(has_pdl(scan_source(v39, 8)));
-  CHECK_FALSE(has_pdl(reduce_source(v37)));
-  CHECK(has_pdl(reduce_source(v39)));
+  CHECK_FALSE(has_option(scan_source(v37, 8), "-DM3_PDL=1"));
+  CHECK(has_option(scan_source(v39, 8), "-DM3_PDL=1"));
+  CHECK_FALSE(has_option(reduce_source(v37), "-DM3_PDL=1"));
+  CHECK(has_option(reduce_source(v39), "-DM3_PDL=1"));
   // Its own reduce specialisation: the cache key and the warm-up list tell the two apart.
   CHECK(reduce_source(v39).name != reduce_source(v37).name);
   CHECK_THROWS_AS(uses_programmatic_launch(parse_op_config("variant=v40")), std::invalid_argument);
 }
 
 TEST_CASE("only v45 on run persistent CTAs", "[registry]") {
-  const auto has = [](const KernelSource& s, const char* option) {
-    return std::find(s.options.begin(), s.options.end(), option) != s.options.end();
-  };
   const OpConfig v43 = parse_op_config("variant=v43"), v45 = parse_op_config("variant=v45");
   CHECK_FALSE(uses_persistent_ctas(v43));
   CHECK(uses_persistent_ctas(v45));
-  CHECK_FALSE(has(scan_source(v43, 8), "-DM3_CP_PERSISTENT=1"));
-  CHECK(has(scan_source(v45, 8), "-DM3_CP_PERSISTENT=1"));
-  CHECK(has(scan_source(v45, 8), "-DM3_CP_BATCHED_REORDER=1"));
-  CHECK(has(scan_source(v45, 8), "-DM3_LDMATRIX=2"));
+  CHECK_FALSE(has_option(scan_source(v43, 8), "-DM3_CP_PERSISTENT=1"));
+  CHECK(has_option(scan_source(v45, 8), "-DM3_CP_PERSISTENT=1"));
+  CHECK(has_option(scan_source(v45, 8), "-DM3_CP_BATCHED_REORDER=1"));
+  CHECK(has_option(scan_source(v45, 8), "-DM3_LDMATRIX=2"));
   CHECK_THROWS_AS(uses_persistent_ctas(parse_op_config("variant=v46")), std::invalid_argument);
 }
 
@@ -195,8 +195,7 @@ TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry
   const OpConfig v47 = parse_op_config("variant=v47"), v49 = parse_op_config("variant=v49");
   CHECK_FALSE(uses_fused_head_sums(v47));
   CHECK(uses_fused_head_sums(v49));
-  const auto options = scan_source(v49, 8).options;
-  CHECK(std::find(options.begin(), options.end(), "-DM3_CP_FUSED_HEADS=1") != options.end());
+  CHECK(has_option(scan_source(v49, 8), "-DM3_CP_FUSED_HEADS=1"));
   CHECK_FALSE(uses_fused_head_sums(parse_op_config("variant=v8")));
   CHECK_THROWS_AS(uses_fused_head_sums(parse_op_config("variant=v50")), std::invalid_argument);
 }
@@ -212,15 +211,12 @@ TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[r
   CHECK(head_cluster_size(v55, 32) == 8);
   CHECK(head_cluster_size(v55, 12) == 4);
   CHECK(head_cluster_size(v55, 7) == 1);
-  const auto has = [](const KernelSource& src, const std::string& option) {
-    return std::find(src.options.begin(), src.options.end(), option) != src.options.end();
-  };
-  CHECK(has(scan_source(v53, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
-  CHECK_FALSE(has(scan_source(v47, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
+  CHECK(has_option(scan_source(v53, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
+  CHECK_FALSE(has_option(scan_source(v47, 8), "-DM3_CP_HEAD_CLUSTERS=1"));
   // The cluster size is the launch's: the two variants compile the same kernels.
   CHECK(scan_source(v53, 8).options == scan_source(v55, 8).options);
-  CHECK(has(reduce_source(v53), "-DM3_REDUCE_HEAD_PARTS=1"));
-  CHECK_FALSE(has(reduce_source(v47), "-DM3_REDUCE_HEAD_PARTS=1"));
+  CHECK(has_option(reduce_source(v53), "-DM3_REDUCE_HEAD_PARTS=1"));
+  CHECK_FALSE(has_option(reduce_source(v47), "-DM3_REDUCE_HEAD_PARTS=1"));
   CHECK(reduce_source(v53).name != reduce_source(v47).name);
   CHECK_THROWS_AS(head_cluster_size(parse_op_config("variant=v54"), 32), std::invalid_argument);
 }
@@ -231,8 +227,8 @@ TEST_CASE("specializations_for names every kernel a configuration can run, each 
   };
   const OpConfig v59 = parse_op_config("variant=v59"), v60 = parse_op_config("variant=v60"),
                  v8 = parse_op_config("variant=v8");
-  const auto own = specializations_for(v59, "sm_90a");
-  const auto dispatched = specializations_for(v60, "sm_90a");
+  const auto own = specializations_for({v59}, "sm_90a");
+  const auto dispatched = specializations_for({v60}, "sm_90a");
   // Five sequence-count buckets and one reduce source per kernel set; v60 dispatches to v59 and v8.
   CHECK(own.size() == 6);
   CHECK(dispatched.size() == 12);
@@ -252,8 +248,8 @@ TEST_CASE("specializations_for names every kernel a configuration can run, each 
     CHECK(it->options == s.options);
     CHECK(it->code == s.code);
   }
-  CHECK(specializations_for(OpConfig{}, "sm_90a").size() == specializations_for(parse_op_config("variant=" + OpConfig{}.variant), "sm_90a").size());
-  CHECK_THROWS_AS(specializations_for(OpConfig{"v999", 32, 256}), std::invalid_argument);
+  CHECK(specializations_for({OpConfig{}}, "sm_90a").size() == specializations_for({parse_op_config("variant=" + OpConfig{}.variant)}, "sm_90a").size());
+  CHECK_THROWS_AS(specializations_for({OpConfig{"v999", 32, 256}}), std::invalid_argument);
 }
 
 TEST_CASE("MAMBA3_JIT_LINEINFO=1 adds -lineinfo, and with it a cache key of its own", "[nvrtc]") {

@@ -105,7 +105,7 @@ TEST_CASE("warm-up --config lists what that configuration can run, and only that
   const auto r = test::run_command(base + " --config variant=v60 --config variant=v59", tmp.path());
   INFO(r.out);
   CHECK(r.exit_code == 0);
-  const auto expected = specializations_for(parse_op_config("variant=v60"), "sm_90a");
+  const auto expected = specializations_for({parse_op_config("variant=v60")}, "sm_90a");
   std::size_t lines = 0;
   for (std::size_t at = r.out.find('\n'); at != std::string::npos; at = r.out.find('\n', at + 1)) ++lines;
   CHECK(lines == expected.size());  // v59's kernels are v60's already: listed once
@@ -114,7 +114,7 @@ TEST_CASE("warm-up --config lists what that configuration can run, and only that
   const auto d = test::run_command(base + " --config default", tmp.path());
   INFO(d.out);
   CHECK(d.exit_code == 0);
-  for (const auto& s : specializations_for(OpConfig{}, "sm_90a")) CHECK(d.out.find(s.name) != std::string::npos);
+  for (const auto& s : specializations_for({OpConfig{}}, "sm_90a")) CHECK(d.out.find(s.name) != std::string::npos);
   CHECK(list_entries(tmp.sub("cache")).empty());
 }
 
