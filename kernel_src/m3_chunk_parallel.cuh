@@ -32,6 +32,16 @@
 #ifndef M3_CP_NEIGHBOUR_L2_PREFETCH
 #define M3_CP_NEIGHBOUR_L2_PREFETCH 0
 #endif
+// M3_CP_EARLY_BIAS (v61): the backward sums and writes its dq_bias/dk_bias partials right after
+// the epilogue, before the tail waits for the successor's carries; only the dd word waits for the
+// tail. Run 42 put the bias sums' barrier at the top of the barrier stalls (3.2% of the samples),
+// behind the tail, on the job's last stretch before its CTA frees the slot.
+#ifndef M3_CP_EARLY_BIAS
+#define M3_CP_EARLY_BIAS 0
+#endif
+#if M3_CP_EARLY_BIAS && !M3_CP_TRIMS2
+#error "M3_CP_EARLY_BIAS is wired into the M3_CP_TRIMS2 backward"
+#endif
 #if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
 #error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
 #endif
@@ -916,6 +926,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   backward_intra(p, sh, s, a, len);
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
   backward_token_epilogue(p, sh, s, a, len, qb, kb);
+#if M3_CP_EARLY_BIAS
+  write_bias_partials(p, s, slot, qb, kb, 0.f, /*with_dd=*/false);
+#endif
 #if M3_CP_HEAD_CLUSTERS
   cluster_wait();    // every rank has read the ticket
   cluster_arrive();  // this CTA's dq/dk rows are in t2 and kr; the tail below leaves them alone
@@ -967,7 +980,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   cluster_arrive();
 #endif
   // bc.dd_sum is this chunk's share of dd; thread 0, the only one to use it, holds it.
+#if M3_CP_EARLY_BIAS
+  if (tid == 0) p.ws_partial[slot * (2 * N + 1) + 2 * N] = bc.dd_sum;
+#else
   write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
+#endif
 #if M3_CP_HEAD_CLUSTERS
   cluster_wait();  // no peer reads this CTA's rows any more
 #endif

@@ -1731,9 +1731,10 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
 }
 
 // Row `row` of the bias and skip gradient partials (dq_bias, dk_bias, dd), summed over the threads
-// that own the same columns in a fixed order. Uses s.t1 as scratch.
+// that own the same columns in a fixed order. Uses s.t1 as scratch. Without `with_dd` the row's dd
+// word is left to the caller (M3_CP_EARLY_BIAS writes the bias sums before dd is known).
 M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const float (&qb)[kBiasRegs],
-                                const float (&kb)[kBiasRegs], float dd_sum) {
+                                const float (&kb)[kBiasRegs], float dd_sum, bool with_dd = true) {
   const int tid = threadIdx.x;
 #if M3_VECTOR_IO
   constexpr int kGroups = NT / (N / 8);
@@ -1769,7 +1770,7 @@ M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const
     for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
     part[c] = acc;
   }
-  if (tid == 0) part[2 * N] = dd_sum;
+  if (with_dd && tid == 0) part[2 * N] = dd_sum;
 }
 
 }  // namespace m3scan
