@@ -42,6 +42,23 @@
 #if M3_CP_EARLY_BIAS && !M3_CP_TRIMS2
 #error "M3_CP_EARLY_BIAS is wired into the M3_CP_TRIMS2 backward"
 #endif
+// M3_CP_RICH_SCHEDULE (v63): the ticket table m3_cp_angles writes holds, per chunk, the sequence's
+// start, length and first chunk index next to (sequence, round), 32 bytes an entry: a forward job
+// reads all of it in thread 0's one round trip, where every thread then read cu_seqlens (and the
+// lengths of the sequences before its own) after the ticket's barrier, one more dependent round
+// trip before the first staging load could be addressed. The backward keeps reading cu_seqlens:
+// with the table its spill stores grew from 76 to 128 bytes (ptxas), more than a round trip in
+// a job of about 36 us of slot time is worth.
+#ifndef M3_CP_RICH_SCHEDULE
+#define M3_CP_RICH_SCHEDULE 0
+#endif
+#if M3_CP_RICH_SCHEDULE && (!M3_CP_TRIMS || M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT)
+#error "M3_CP_RICH_SCHEDULE builds on M3_CP_TRIMS's table, without head clusters or persistent CTAs"
+#endif
+// Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
+// per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
+// not constexpr variables: those became device globals and moved every other global's address.
+enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH_SCHEDULE ? 8 : 2 };
 #if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
 #error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
 #endif
@@ -82,13 +99,41 @@ M3_DEV SeqHead seq_head(const M3Params& p, int seq, int h) {
 struct Job {
   int seq, round, h;
   long long q;
+#if M3_CP_RICH_SCHEDULE
+  int start, len, chunk_base;  // the sequence's, from the ticket table
+#endif
 };
+
+// The job's (sequence, head): from the ticket table (M3_CP_RICH_SCHEDULE, kFromTable) or from
+// cu_seqlens.
+template <bool kFromTable>
+M3_DEV SeqHead job_seq_head(const M3Params& p, const Job& job) {
+#if M3_CP_RICH_SCHEDULE
+  if (kFromTable) return SeqHead{job.h, job.seq, job.start, job.len, job.chunk_base};
+#endif
+  return seq_head(p, job.seq, job.h);
+}
 
 // Thread 0: the job of ticket t into shared[0..3].
 M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
   const long long q = t / p.H;
   int seq = -1, round = 0;
-#if M3_CP_TRIMS
+#if M3_CP_RICH_SCHEDULE
+  int start = 0, len = 0, chunk_base = 0;
+  if (q < p.chunk_capacity) {
+    // {seq, round, start, -}, {len, chunk_base, -, -}: two loads in one round trip.
+    const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * q);
+    const int4 first = entry[0], second = entry[1];
+    seq = first.x;
+    round = first.y;
+    start = first.z;
+    len = second.x;
+    chunk_base = second.y;
+  }
+  shared[4] = start;
+  shared[5] = len;
+  shared[6] = chunk_base;
+#elif M3_CP_TRIMS
   // One load from the table m3_cp_angles wrote, instead of the schedule's dependent loads while
   // 255 threads wait.
   if (q < p.chunk_capacity) {
@@ -156,7 +201,11 @@ M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, 
 M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
   if (threadIdx.x == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
   __syncthreads();
+#if M3_CP_RICH_SCHEDULE
+  Job job{shared[0], shared[1], shared[2], shared[3], shared[4], shared[5], shared[6]};
+#else
   Job job{shared[0], shared[1], shared[2], shared[3]};
+#endif
 #if !M3_CP_TRIMS2
   __syncthreads();  // (nothing writes `shared` again: each CTA takes one ticket)
 #endif
@@ -523,8 +572,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     for (int q = threadIdx.x; q < p.chunk_capacity; q += NT) {
       int s = -1, round = 0;
       if (!m3_schedule(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
+#if M3_CP_RICH_SCHEDULE
+      // {seq, round, start, unused}, {len, chunk_base, unused, unused}
+      const SeqHead sh_q = s >= 0 ? seq_head(p, s, 0) : SeqHead{0, -1, 0, 0, 0};
+      int4* entry = reinterpret_cast<int4*>(p.ws_schedule + kScheduleInts * q);
+      entry[0] = make_int4(s, round, sh_q.start, 0);
+      entry[1] = make_int4(sh_q.len, sh_q.chunk_base, 0, 0);
+#else
       p.ws_schedule[2 * q] = s;
       p.ws_schedule[2 * q + 1] = round;
+#endif
     }
   }
 #endif
@@ -572,7 +629,7 @@ namespace m3cp {
 // One forward (chunk, head) job.
 M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
   const int H = p.H, tid = threadIdx.x, j = job.round;
-  const SeqHead sh = seq_head(p, job.seq, job.h);
+  const SeqHead sh = job_seq_head<M3_CP_RICH_SCHEDULE != 0>(p, job);
   const int chunks = (sh.len + C - 1) / C;
   const int a = j * C, len = min(C, sh.len - a);
   const long long g = sh.chunk_base + j;
@@ -690,7 +747,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
     m3_cp_forward(const M3Params p) {
   using namespace m3cp;
   extern __shared__ float4 smem_raw[];
-  __shared__ int job_words[4];
+  __shared__ int job_words[kJobWords];
 #if M3_CP_LEAN_FORWARD
   Smem s = carve_forward(reinterpret_cast<float*>(smem_raw));
 #else
@@ -715,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     m3_cp_backward(const M3Params p) {
   using namespace m3cp;
   extern __shared__ float4 smem_raw[];
-  __shared__ int job_words[M3_CP_HEAD_CLUSTERS ? 5 : 4];  // [4]: the cluster's ticket
+  __shared__ int job_words[M3_CP_HEAD_CLUSTERS ? 5 : kJobWords];  // [4]: the cluster's ticket
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
   m3_allow_next_kernel();
@@ -747,7 +804,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     return;
   }
 #endif
-  const SeqHead sh = seq_head(p, job.seq, job.h);
+  const SeqHead sh = job_seq_head<false>(p, job);
   const int chunks = (sh.len + C - 1) / C;
   const int j = chunks - 1 - job.round;
   const int a = j * C, len = min(C, sh.len - a);

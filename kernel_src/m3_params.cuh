@@ -68,7 +68,8 @@ struct M3Params {
   // workspace's dq/dk partials are neither computed nor touched).
   int forward_only;
   // [chunk capacity][2]: the (sequence, round) pair of every ticket's chunk, -1 past the last;
-  // written by m3_cp_angles for the variants built with M3_CP_TRIMS, else unused.
+  // written by m3_cp_angles for the variants built with M3_CP_TRIMS, else unused. With
+  // M3_CP_RICH_SCHEDULE [chunk capacity][8]: also the sequence's start, length and first chunk.
   int* ws_schedule;
   // Rows per token of ws_dqh and ws_dkh: H, or H / G for the variants whose backward sums dq and
   // dk over clusters of G heads (M3_CP_HEAD_CLUSTERS); read by m3_reduce_heads built with

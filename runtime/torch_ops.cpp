@@ -183,7 +183,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
   // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
   const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H + total_chunks : 0;
-  const int64_t n_schedule = chunk_parallel ? 2 * total_chunks : 0;      // ints, rewritten every call
+  // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
+  // before it use 2).
+  const int64_t n_schedule = chunk_parallel ? 8 * total_chunks : 0;
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
   at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
                          align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule)},
