@@ -1329,6 +1329,30 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   __syncthreads();
 #endif
   // dqr = (inter-chunk part, kept in t2 for u) + intra part, into t1.
+#if M3_CP_QUAD_COLUMNS
+  {
+    static_assert(M3_CP_FRAG_SUMS && M3_CP_GLOBAL_STATES && !M3_FRAG_ST && M3_LDMATRIX,
+                  "the quad-column dqr builds on v59's backward");
+    MmaQuadTile<C, N, NT> inter, intra;
+    inter.template mac4<P>(M3_ROWS_A(s.dy, LDP), [&](int k, int c) {
+      return s.gst ? __ldg(reinterpret_cast<const float4*>(s.gst + k * N + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    });
+    intra.template mac4<C>(M3_ROWS_A(s.x, LDC), [&](int k, int c) {
+      const float4 kr = *reinterpret_cast<const float4*>(s.kr + k * LDN + c);
+      return make_float4(sc[k] * kr.x, sc[k] * kr.y, sc[k] * kr.z, sc[k] * kr.w);
+    });
+    float4 in[2 * 2 * inter.MT];
+    int idx = 0;
+    inter.for_each_quad([&](int, int, float4 q) { in[idx++] = q; });
+    idx = 0;
+    intra.for_each_quad([&](int r, int c, float4 q) {
+      const float4 ip = in[idx++];
+      *reinterpret_cast<float4*>(s.t1 + r * LDN + c) =
+          make_float4(e[r] * ip.x + q.x, e[r] * ip.y + q.y, e[r] * ip.z + q.z, e[r] * ip.w + q.w);
+    });
+    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[r * LDN + c] * (e[r] * acc); });
+  }
+#else
   {
     Tile<C, N, C / 16, 8> inter, intra;
 #if M3_FRAG_ST
@@ -1354,6 +1378,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[r * LDN + c] * (e[r] * acc); });
 #endif
   }
+#endif
   __syncthreads();
 #if M3_CP_FRAG_SUMS
   if (tid < C) s.vv(kVecU)[tid] = sum4(kPartU, tid);

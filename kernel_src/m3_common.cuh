@@ -298,6 +298,9 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #ifndef M3_SPLIT_TF32
 #define M3_SPLIT_TF32 0
 #endif
+#ifndef M3_CP_QUAD_COLUMNS
+#define M3_CP_QUAD_COLUMNS 0
+#endif
 // x = big + small, both tf32 (round to nearest): big's bits, and small's, ready for mma.
 M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
   const unsigned b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
@@ -641,6 +644,91 @@ struct MmaTile {
           f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
   }
 };
+
+#if M3_CP_QUAD_COLUMNS
+// MmaTile whose n-tile j holds the columns n0 + 4 q + j (q = 0..7) instead of n0 + 8 j + q
+// (M3_CP_QUAD_COLUMNS, v67): a thread's four n-tiles are four adjacent columns, so its b fragments
+// of one k row are one 16-byte load from a row-major operand (MmaTile's scalar b fragments are
+// four loads, each with its own address arithmetic), and its accumulators of one row are two
+// 16-byte words. Every accumulator is the sum MmaTile forms for its column, in the same order;
+// only which thread holds it changes (and so the order of row_sums' additions).
+template <int M, int NC, int NT>
+struct MmaQuadTile : MmaTile<M, NC, NT> {
+  using Base = MmaTile<M, NC, NT>;
+  using Base::MT;
+  using Base::NTL;
+  using Base::acc;
+  using Base::m0;
+  using Base::n0;
+  using Base::g;
+  using Base::t;
+  static_assert(NTL == 4, "a thread's four n-tiles are one 16-byte column group");
+
+  // The first of the four adjacent columns of accumulator half e (acc[i][j][e + 2 h], j = 0..3).
+  M3_DEV int quad_col(int e) const { return n0 + 8 * t + 4 * e; }
+
+  // acc += A B with A by ldmatrix and fb4(k, c) = (B(k, c), .., B(k, c + 3)), c a multiple of 4.
+  template <int K, class FB4>
+  M3_DEV void mac4(const SmemRowsA& fa, FB4 fb4) {
+    static_assert(K % 8 == 0, "K must be a multiple of 8");
+    M3_MAC_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      unsigned a[MT][4], b[NTL][2];
+      this->a_fragments(fa, k0, a);
+      const float4 b0 = fb4(k0 + t, n0 + 4 * g), b1 = fb4(k0 + t + 4, n0 + 4 * g);
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        b[j][0] = to_tf32(quad_at(b0, j));
+        b[j][1] = to_tf32(quad_at(b1, j));
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+
+  // f(row, first column, the four accumulators of columns first .. first + 3).
+  template <class F>
+  M3_DEV void for_each_quad(F f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          f(m0 + i * 16 + g + (h << 3), quad_col(e),
+            make_float4(acc[i][0][2 * h + e], acc[i][1][2 * h + e], acc[i][2][2 * h + e], acc[i][3][2 * h + e]));
+  }
+
+  // MmaTile::row_sums for this column order: part[(warp & 3) * M + row], four partials per row.
+  template <class F>
+  M3_DEV void row_sums(float* part, F f) {
+    float sums[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) sums[i][0] = sums[i][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sums[i][e >> 1] += f(m0 + i * 16 + g + ((e >> 1) << 3), quad_col(e & 1) + j, acc[i][j][e]);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) sums[i][h] += __shfl_xor_sync(0xffffffffu, sums[i][h], o);
+    if (t != 0) return;
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) part[(warp & 3) * M + m0 + i * 16 + g + 8 * h] = sums[i][h];
+  }
+};
+#endif
 
 // Visits two tiles of one type element by element: f(row, col, acc_a, acc_b).
 template <class Tile, class F>

@@ -42,7 +42,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v57", 32, 256}, OpConfig{"v58", 32, 256},
                                                 OpConfig{"v59", 32, 256}, OpConfig{"v60", 32, 256},
                                                 OpConfig{"v61", 32, 256}, OpConfig{"v62", 32, 256},
-                                                OpConfig{"v63", 32, 256}, OpConfig{"v64", 32, 256}};
+                                                OpConfig{"v63", 32, 256}, OpConfig{"v64", 32, 256},
+                                                OpConfig{"v65", 32, 256}, OpConfig{"v66", 32, 256},
+                                                OpConfig{"v67", 32, 256}, OpConfig{"v68", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -65,7 +67,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v50", "v49", "v8"}, {"v52", "v51", "v8"},
                               {"v54", "v53", "v8"}, {"v56", "v55", "v8"},
                               {"v58", "v57", "v8"}, {"v60", "v59", "v8"},
-                              {"v62", "v61", "v8"}, {"v64", "v63", "v8"}};
+                              {"v62", "v61", "v8"}, {"v64", "v63", "v8"},
+                              {"v66", "v65", "v8"}, {"v68", "v67", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -182,9 +185,12 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_NEIGHBOUR_L2_PREFETCH), results bitwise v51's; v59: v51 with that prefetch in the forward
 // only; v61: v59 whose backward writes its bias partials before its tail waits (M3_CP_EARLY_BIAS),
 // results bitwise v59's; v63: v61 whose ticket table holds each chunk's sequence start, length and
-// first chunk (M3_CP_RICH_SCHEDULE), results bitwise v61's. v9, v12, v14, v16, v18, v20, v22, v24,
-// v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56, v58, v60, v62
-// and v64 have no kernels of their own (kDispatch).
+// first chunk (M3_CP_RICH_SCHEDULE), results bitwise v61's; v65: v59 with that table (the early bias
+// partials of v61 lost, run 48), results bitwise v59's; v67: v65 whose backward computes dqr in
+// tiles whose n-tiles interleave (M3_CP_QUAD_COLUMNS: 16-byte operand loads of the entering state
+// and of kr), the same dqr, u summed in another order. v9, v12, v14, v16, v18, v20, v22, v24,
+// v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56, v58, v60, v62,
+// v64, v66 and v68 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -224,6 +230,7 @@ struct VariantTraits {
   bool neighbour_l2_prefetch_forward_only = false;
   bool early_bias = false;
   bool rich_schedule = false;
+  bool quad_columns = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -267,7 +274,9 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v57", "v51", &VariantTraits::neighbour_l2_prefetch},
                                     {"v59", "v51", &VariantTraits::neighbour_l2_prefetch_forward_only},
                                     {"v61", "v59", &VariantTraits::early_bias},
-                                    {"v63", "v61", &VariantTraits::rich_schedule}};
+                                    {"v63", "v61", &VariantTraits::rich_schedule},
+                                    {"v65", "v59", &VariantTraits::rich_schedule},
+                                    {"v67", "v65", &VariantTraits::quad_columns}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -354,6 +363,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.neighbour_l2_prefetch_forward_only) src.options.push_back("-DM3_CP_NEIGHBOUR_L2_PREFETCH=2");
   if (tr.early_bias) src.options.push_back("-DM3_CP_EARLY_BIAS=1");
   if (tr.rich_schedule) src.options.push_back("-DM3_CP_RICH_SCHEDULE=1");
+  if (tr.quad_columns) src.options.push_back("-DM3_CP_QUAD_COLUMNS=1");
   src.arch = arch;
   return src;
 }
