@@ -645,6 +645,10 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
 #endif
   load_phi_carry(p, s, slot);
   forward_prepare(p, sh, s, a, len);
+#if M3_CP_STORED_MIXING
+  // forward_prepare's closing barrier published s.m. (Null in a forward-only call.)
+  if (p.ws_mixing) store_mixing(s, p.ws_mixing + slot * C * C);
+#endif
   StateTile upd;
   chunk_state_contribution(s, upd);
 

@@ -431,6 +431,11 @@ M3_DEV SeqHead locate(const M3Params& p) {
   return sh;
 }
 
+M3_DEV void cp_async16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+
 #if M3_CP_PREFETCH
 // Where the raw bf16 rows of a chunk lie in the prefetch area, packed (row strides N, P and A).
 struct RawTiles {
@@ -438,11 +443,6 @@ struct RawTiles {
                        kAngles = kDout + C * P, kTotal = kAngles + C * A;
 };
 static_assert(RawTiles::kTotal / 2 <= P * (N + M3_PAD), "the raw rows must fit in a state tile");
-
-M3_DEV void cp_async16(void* smem, const void* gmem) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
 
 // `rows` rows of COLS bf16 (16-byte pieces) from `src` (rows `stride` elements apart) into packed
 // rows at `dst`; rows at or past `rows` are not requested (their consumers read zeros instead).
@@ -768,6 +768,26 @@ M3_DEV void build_mixing(Smem& s, int len) {
   });
   __syncthreads();
 }
+
+#if M3_CP_STORED_MIXING
+// The mixing matrix travels between the kernels packed, C x C (M3_CP_STORED_MIXING, v69): the
+// forward builds it anyway, and rebuilding it (a C x C x N product, its exponentials and a
+// barrier) was 4.6% of the backward's stall samples in run 50; the load costs 4 KB per chunk and
+// head and goes out with the chunk's first loads.
+M3_DEV void store_mixing(const Smem& s, float* out) {
+  for (int w = threadIdx.x; w < C * C / 4; w += NT) {
+    const int r = w / (C / 4), c = 4 * (w % (C / 4));
+    *reinterpret_cast<float4*>(out + r * C + c) = *reinterpret_cast<const float4*>(s.m + r * LDC + c);
+  }
+}
+M3_DEV void request_mixing(Smem& s, const float* in) {
+  for (int w = threadIdx.x; w < C * C / 4; w += NT) {
+    const int r = w / (C / 4), c = 4 * (w % (C / 4));
+    cp_async16(s.m + r * LDC + c, in + r * C + c);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#endif
 
 M3_DEV float wrap_angle(float x) { return x - kM3TwoPi * floorf(x / kM3TwoPi); }
 
@@ -1108,6 +1128,9 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
   }
   __syncthreads();
 #endif
+#if M3_CP_STORED_MIXING
+  request_mixing(s, p.ws_mixing + (static_cast<long long>(chunk) * H + sh.h) * C * C);
+#endif
   load_chunk(p, sh, s, a, len);
   {
 #if M3_CP_PREFETCH
@@ -1147,7 +1170,12 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     }
   }
 #endif
+#if M3_CP_STORED_MIXING
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();  // covers st and dy too, as build_mixing's barrier does
+#else
   build_mixing<M3_LDMATRIX != 0>(s, len);  // ends with a barrier, which also covers st and dy
+#endif
 }
 
 // dM through dks (into t2): the part of a backward chunk before the state-gradient update. Reads

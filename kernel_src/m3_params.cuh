@@ -75,6 +75,9 @@ struct M3Params {
   // dk over clusters of G heads (M3_CP_HEAD_CLUSTERS); read by m3_reduce_heads built with
   // M3_REDUCE_HEAD_PARTS.
   int head_parts;
+  // [total_chunks][H][C][C]: the forward's mixing matrix of each chunk and head, which the backward
+  // loads instead of rebuilding (M3_CP_STORED_MIXING, v69); null for the other variants.
+  float* ws_mixing;
 };
 
 // Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both

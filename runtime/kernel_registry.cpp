@@ -44,7 +44,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v61", 32, 256}, OpConfig{"v62", 32, 256},
                                                 OpConfig{"v63", 32, 256}, OpConfig{"v64", 32, 256},
                                                 OpConfig{"v65", 32, 256}, OpConfig{"v66", 32, 256},
-                                                OpConfig{"v67", 32, 256}, OpConfig{"v68", 32, 256}};
+                                                OpConfig{"v67", 32, 256}, OpConfig{"v68", 32, 256},
+                                                OpConfig{"v69", 32, 256}, OpConfig{"v70", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -68,7 +69,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v54", "v53", "v8"}, {"v56", "v55", "v8"},
                               {"v58", "v57", "v8"}, {"v60", "v59", "v8"},
                               {"v62", "v61", "v8"}, {"v64", "v63", "v8"},
-                              {"v66", "v65", "v8"}, {"v68", "v67", "v8"}};
+                              {"v66", "v65", "v8"}, {"v68", "v67", "v8"},
+                              {"v70", "v69", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -188,9 +190,11 @@ int seq_bucket(long long num_seqs) {
 // first chunk (M3_CP_RICH_SCHEDULE), results bitwise v61's; v65: v59 with that table (the early bias
 // partials of v61 lost, run 48), results bitwise v59's; v67: v65 whose backward computes dqr in
 // tiles whose n-tiles interleave (M3_CP_QUAD_COLUMNS: 16-byte operand loads of the entering state
-// and of kr), the same dqr, u summed in another order. v9, v12, v14, v16, v18, v20, v22, v24,
+// and of kr), the same dqr, u summed in another order; v69: v65 whose forward stores each chunk's
+// mixing matrix for the backward, which loads it instead of rebuilding it (M3_CP_STORED_MIXING),
+// results bitwise v65's. v9, v12, v14, v16, v18, v20, v22, v24,
 // v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56, v58, v60, v62,
-// v64, v66 and v68 have no kernels of their own (kDispatch).
+// v64, v66, v68 and v70 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -231,6 +235,7 @@ struct VariantTraits {
   bool early_bias = false;
   bool rich_schedule = false;
   bool quad_columns = false;
+  bool stored_mixing = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -276,7 +281,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v61", "v59", &VariantTraits::early_bias},
                                     {"v63", "v61", &VariantTraits::rich_schedule},
                                     {"v65", "v59", &VariantTraits::rich_schedule},
-                                    {"v67", "v65", &VariantTraits::quad_columns}};
+                                    {"v67", "v65", &VariantTraits::quad_columns},
+                                    {"v69", "v65", &VariantTraits::stored_mixing}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -364,6 +370,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.early_bias) src.options.push_back("-DM3_CP_EARLY_BIAS=1");
   if (tr.rich_schedule) src.options.push_back("-DM3_CP_RICH_SCHEDULE=1");
   if (tr.quad_columns) src.options.push_back("-DM3_CP_QUAD_COLUMNS=1");
+  if (tr.stored_mixing) src.options.push_back("-DM3_CP_STORED_MIXING=1");
   src.arch = arch;
   return src;
 }
@@ -372,6 +379,7 @@ bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_redu
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
 bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
+bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;

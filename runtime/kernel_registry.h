@@ -14,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v66";  // the fastest variant verified on the GPU
+  std::string variant = "v70";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -66,6 +66,9 @@ bool uses_persistent_ctas(const OpConfig& config);
 // True for the variants (v49 on) whose backward sums dq and dk over the heads itself:
 // m3_reduce_heads is not launched for them.
 bool uses_fused_head_sums(const OpConfig& config);
+// True for the variants (v69 on) whose forward stores each chunk's C x C mixing matrix per head in
+// the workspace (ws_mixing) for the backward to load.
+bool stores_mixing(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

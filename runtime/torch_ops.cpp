@@ -186,9 +186,12 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
   // before it use 2).
   const int64_t n_schedule = chunk_parallel ? 8 * total_chunks : 0;
+  // The forward's mixing matrices, C x C per chunk and head, for the backward (v69 on).
+  const int64_t n_mixing =
+      chunk_parallel && !forward_only && stores_mixing(run_config) ? total_chunks * H * config.chunk * config.chunk : 0;
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
   at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
-                         align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule)},
+                         align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule) + align(n_mixing)},
                         at::kFloat, dev);
   float* ws_next = ws.data_ptr<float>();
   const auto carve = [&](int64_t n) {
@@ -251,6 +254,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   p.ws_tail = carve(n_tail);
   p.ws_sync = reinterpret_cast<int*>(carve(n_sync));
   p.ws_schedule = reinterpret_cast<int*>(carve(n_schedule));
+  p.ws_mixing = n_mixing ? carve(n_mixing) : nullptr;
   p.chunk_capacity = static_cast<int>(total_chunks);
   p.partial_rows = static_cast<int>(partial_rows);
   std::vector<at::Tensor> state_grads;
