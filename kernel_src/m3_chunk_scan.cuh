@@ -243,6 +243,34 @@ M3_DEV void store_f32x8(float* dst, const float (&f)[8]) {
   *reinterpret_cast<float4*>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+#if M3_CP_SWIZZLED_HALVES
+// Eight consecutive octets o of a shared row (a quarter-warp's 16-byte accesses) start 32 bytes
+// apart, so each of store_f32x8's two accesses puts octets o and o + 4 on the same four banks:
+// every such access was two wavefronts (a fifth of the backward's excess shared wavefronts in run
+// 50). Octets with bit 2 of o set take their high half first, which spreads the eight over all
+// 32 banks (M3_CP_SWIZZLED_HALVES, v71: the staged input rows and the epilogue's reads of dqr,
+// dks, kr and qr). Same values at the same addresses.
+M3_DEV void store_f32x8_halves(float* dst, const float (&f)[8], int o) {
+  const int h = (o >> 2) & 1;
+  const float4 lo = make_float4(f[0], f[1], f[2], f[3]), hi = make_float4(f[4], f[5], f[6], f[7]);
+  *reinterpret_cast<float4*>(dst + 4 * h) = h ? hi : lo;
+  *reinterpret_cast<float4*>(dst + 4 - 4 * h) = h ? lo : hi;
+}
+M3_DEV void load_f32x8_halves(const float* src, float (&f)[8], int o) {
+  const int h = (o >> 2) & 1;
+  const float4 first = *reinterpret_cast<const float4*>(src + 4 * h);
+  const float4 second = *reinterpret_cast<const float4*>(src + 4 - 4 * h);
+  const float4 lo = h ? second : first, hi = h ? first : second;
+  f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
+  f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+}
+#define M3_STORE_F32X8_SHARED(dst, f, o) store_f32x8_halves(dst, f, o)
+#define M3_LOAD_F32X8_SHARED(src, f, o) load_f32x8_halves(src, f, o)
+#else
+#define M3_STORE_F32X8_SHARED(dst, f, o) store_f32x8(dst, f)
+#define M3_LOAD_F32X8_SHARED(src, f, o) load_f32x8(src, f)
+#endif
+
 // rows x COLS bf16 values, rows `row_stride` elements apart in `a` (and in `b` when given), into
 // shared floats combine(a, b); rows at or past `valid` become zero.
 template <int ROWS, int COLS, class Combine>
@@ -266,7 +294,7 @@ M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_st
     unpack_bf16x8(ub[it], fb);
 #pragma unroll
     for (int j = 0; j < 8; ++j) out[j] = r < valid ? combine(fa[j], fb[j]) : 0.f;
-    store_f32x8(dst + r * ld + 8 * o, out);
+    M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
   }
 }
 
@@ -680,6 +708,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
           kh[2 * jp + 1] = k0 * sn + k1 * cs;
         }
       }
+      // Not swizzled: under M3_CP_SWIZZLED_HALVES here the backward's spill stores grew from 72 to
+      // 116 bytes (ptxas), against 68 with the staging stores and the epilogue loads alone.
       store_f32x8(s.qr + t * LDN + 8 * o, qh);
       store_f32x8(s.kr + t * LDN + 8 * o, kh);
 #if M3_CP_TRIMS
@@ -1510,10 +1540,10 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         const float dqk = -s.vv(kVecDyv)[t];
         const float g = dqk * gam[t];
         float dqr[8], dks[8], kr[8], qr[8], qh[8], kh[8], dkr[8];
-        load_f32x8(s.t1 + t * LDN + 8 * o, dqr);
-        load_f32x8(s.t2 + t * LDN + 8 * o, dks);
-        load_f32x8(s.kr + t * LDN + 8 * o, kr);
-        load_f32x8(s.qr + t * LDN + 8 * o, qr);
+        M3_LOAD_F32X8_SHARED(s.t1 + t * LDN + 8 * o, dqr, o);
+        M3_LOAD_F32X8_SHARED(s.t2 + t * LDN + 8 * o, dks, o);
+        M3_LOAD_F32X8_SHARED(s.kr + t * LDN + 8 * o, kr, o);
+        M3_LOAD_F32X8_SHARED(s.qr + t * LDN + 8 * o, qr, o);
 #if M3_CP_TRIMS
 #pragma unroll
         for (int j = 0; j < 8; ++j) {

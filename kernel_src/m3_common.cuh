@@ -304,6 +304,9 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #ifndef M3_CP_STORED_MIXING
 #define M3_CP_STORED_MIXING 0
 #endif
+#ifndef M3_CP_SWIZZLED_HALVES
+#define M3_CP_SWIZZLED_HALVES 0
+#endif
 // x = big + small, both tf32 (round to nearest): big's bits, and small's, ready for mma.
 M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
   const unsigned b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;

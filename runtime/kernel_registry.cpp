@@ -45,7 +45,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v63", 32, 256}, OpConfig{"v64", 32, 256},
                                                 OpConfig{"v65", 32, 256}, OpConfig{"v66", 32, 256},
                                                 OpConfig{"v67", 32, 256}, OpConfig{"v68", 32, 256},
-                                                OpConfig{"v69", 32, 256}, OpConfig{"v70", 32, 256}};
+                                                OpConfig{"v69", 32, 256}, OpConfig{"v70", 32, 256},
+                                                OpConfig{"v71", 32, 256}, OpConfig{"v72", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -70,7 +71,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v58", "v57", "v8"}, {"v60", "v59", "v8"},
                               {"v62", "v61", "v8"}, {"v64", "v63", "v8"},
                               {"v66", "v65", "v8"}, {"v68", "v67", "v8"},
-                              {"v70", "v69", "v8"}};
+                              {"v70", "v69", "v8"}, {"v72", "v71", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -192,9 +193,10 @@ int seq_bucket(long long num_seqs) {
 // tiles whose n-tiles interleave (M3_CP_QUAD_COLUMNS: 16-byte operand loads of the entering state
 // and of kr), the same dqr, u summed in another order; v69: v65 whose forward stores each chunk's
 // mixing matrix for the backward, which loads it instead of rebuilding it (M3_CP_STORED_MIXING),
-// results bitwise v65's. v9, v12, v14, v16, v18, v20, v22, v24,
+// results bitwise v65's; v71: v65 whose 32-byte shared row pieces are written and read in a
+// bank-conflict-free order (M3_CP_SWIZZLED_HALVES), results bitwise v65's. v9, v12, v14, v16, v18, v20, v22, v24,
 // v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56, v58, v60, v62,
-// v64, v66, v68 and v70 have no kernels of their own (kDispatch).
+// v64, v66, v68, v70 and v72 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -236,6 +238,7 @@ struct VariantTraits {
   bool rich_schedule = false;
   bool quad_columns = false;
   bool stored_mixing = false;
+  bool swizzled_halves = false;
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -282,7 +285,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v63", "v61", &VariantTraits::rich_schedule},
                                     {"v65", "v59", &VariantTraits::rich_schedule},
                                     {"v67", "v65", &VariantTraits::quad_columns},
-                                    {"v69", "v65", &VariantTraits::stored_mixing}};
+                                    {"v69", "v65", &VariantTraits::stored_mixing},
+                                    {"v71", "v65", &VariantTraits::swizzled_halves}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -371,6 +375,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.rich_schedule) src.options.push_back("-DM3_CP_RICH_SCHEDULE=1");
   if (tr.quad_columns) src.options.push_back("-DM3_CP_QUAD_COLUMNS=1");
   if (tr.stored_mixing) src.options.push_back("-DM3_CP_STORED_MIXING=1");
+  if (tr.swizzled_halves) src.options.push_back("-DM3_CP_SWIZZLED_HALVES=1");
   src.arch = arch;
   return src;
 }
