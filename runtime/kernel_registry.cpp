@@ -194,9 +194,9 @@ int seq_bucket(long long num_seqs) {
 // and of kr), the same dqr, u summed in another order; v69: v65 whose forward stores each chunk's
 // mixing matrix for the backward, which loads it instead of rebuilding it (M3_CP_STORED_MIXING),
 // results bitwise v65's; v71: v65 whose 32-byte shared row pieces are written and read in a
-// bank-conflict-free order (M3_CP_SWIZZLED_HALVES), results bitwise v65's. v9, v12, v14, v16, v18, v20, v22, v24,
-// v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54, v56, v58, v60, v62,
-// v64, v66, v68, v70 and v72 have no kernels of their own (kDispatch).
+// bank-conflict-free order (M3_CP_SWIZZLED_HALVES), results bitwise v65's. v9, v12, v14, v16,
+// v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54,
+// v56, v58, v60, v62, v64, v66, v68, v70 and v72 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;

@@ -66,7 +66,7 @@ bool uses_persistent_ctas(const OpConfig& config);
 // True for the variants (v49 on) whose backward sums dq and dk over the heads itself:
 // m3_reduce_heads is not launched for them.
 bool uses_fused_head_sums(const OpConfig& config);
-// True for the variants (v69 on) whose forward stores each chunk's C x C mixing matrix per head in
+// True for the variant (v69) whose forward stores each chunk's C x C mixing matrix per head in
 // the workspace (ws_mixing) for the backward to load.
 bool stores_mixing(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums

@@ -187,8 +187,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // before it use 2).
   const int64_t n_schedule = chunk_parallel ? 8 * total_chunks : 0;
   // The forward's mixing matrices, C x C per chunk and head, for the backward (v69 on).
-  const int64_t n_mixing =
-      chunk_parallel && !forward_only && stores_mixing(run_config) ? total_chunks * H * config.chunk * config.chunk : 0;
+  const bool hands_mixing = chunk_parallel && !forward_only && stores_mixing(run_config);
+  const int64_t n_mixing = hands_mixing ? total_chunks * H * config.chunk * config.chunk : 0;
   const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
   at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
                          align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule) + align(n_mixing)},
