@@ -504,13 +504,20 @@ struct MmaTile {
   // n-tiles of one k row are one 16-byte word. The products, and their order, are mac's.
   template <int K, class FA, class LD4>
   M3_DEV void mac_frag_cols(FA fa, LD4 ld4) {
+    mac_b_words<K>(fa, ld4, [&] { return n0 + 4 * frag_word(g); });
+  }
+
+  // acc += A B where a thread's b fragments of k row k are the four components of the 16-byte
+  // word ld4(k, pos()), component j for n-tile j (mac_frag_cols, MmaQuadTile::mac4).
+  template <int K, class FA, class LD4, class Pos>
+  M3_DEV void mac_b_words(FA fa, LD4 ld4, Pos pos) {
     static_assert(K % 8 == 0, "K must be a multiple of 8");
     static_assert(NTL == 4, "one 16-byte word holds a thread's four n-tiles");
     M3_MAC_UNROLL
     for (int k0 = 0; k0 < K; k0 += 8) {
       unsigned a[MT][4], b[NTL][2];
       a_fragments(fa, k0, a);
-      const float4 b0 = ld4(k0 + t, n0 + 4 * frag_word(g)), b1 = ld4(k0 + t + 4, n0 + 4 * frag_word(g));
+      const float4 b0 = ld4(k0 + t, pos()), b1 = ld4(k0 + t + 4, pos());
 #pragma unroll
       for (int j = 0; j < NTL; ++j) {
         b[j][0] = to_tf32(quad_at(b0, j));
@@ -594,8 +601,10 @@ struct MmaTile {
   // per-warp partials. Rows: part[(warp & 3) * M + row], over the columns one warp column holds,
   // four partials per row (a quad shares a row: two shuffles). Columns: part[(warp >> 2) * NC +
   // col], over the rows one warp row holds, two partials per column (three shuffles).
-  template <bool kRows, class F>
-  M3_DEV void line_sums(float* part, F f) {
+  // col(j, e) is the column of acc[i][j][e + 2 h]: MmaTile's own for the column sums, which rely on
+  // it; the row sums take any (MmaQuadTile's).
+  template <bool kRows, class F, class Col>
+  M3_DEV void line_sums(float* part, F f, Col col) {
     constexpr int kLines = kRows ? MT : NTL;
     float sums[kLines][2];
 #pragma unroll
@@ -606,7 +615,7 @@ struct MmaTile {
       for (int j = 0; j < NTL; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float v = f(m0 + i * 16 + g + ((e >> 1) << 3), n0 + j * 8 + 2 * t + (e & 1), acc[i][j][e]);
+          const float v = f(m0 + i * 16 + g + ((e >> 1) << 3), col(j, e & 1), acc[i][j][e]);
           if constexpr (kRows) {
             sums[i][e >> 1] += v;
           } else {
@@ -632,10 +641,15 @@ struct MmaTile {
         }
       }
   }
+  M3_DEV int acc_col(int j, int e) const { return n0 + j * 8 + 2 * t + e; }
   template <class F>
-  M3_DEV void row_sums(float* part, F f) { line_sums<true>(part, f); }
+  M3_DEV void row_sums(float* part, F f) {
+    line_sums<true>(part, f, [&](int j, int e) { return acc_col(j, e); });
+  }
   template <class F>
-  M3_DEV void col_sums(float* part, F f) { line_sums<false>(part, f); }
+  M3_DEV void col_sums(float* part, F f) {
+    line_sums<false>(part, f, [&](int j, int e) { return acc_col(j, e); });
+  }
 
   // Written out rather than through for_each_pair: the nested lambda schedules the code of every
   // tile visit differently (checked on the cubins), and the measured variants keep their code.
@@ -676,22 +690,7 @@ struct MmaQuadTile : MmaTile<M, NC, NT> {
   // acc += A B with A by ldmatrix and fb4(k, c) = (B(k, c), .., B(k, c + 3)), c a multiple of 4.
   template <int K, class FB4>
   M3_DEV void mac4(const SmemRowsA& fa, FB4 fb4) {
-    static_assert(K % 8 == 0, "K must be a multiple of 8");
-    M3_MAC_UNROLL
-    for (int k0 = 0; k0 < K; k0 += 8) {
-      unsigned a[MT][4], b[NTL][2];
-      this->a_fragments(fa, k0, a);
-      const float4 b0 = fb4(k0 + t, n0 + 4 * g), b1 = fb4(k0 + t + 4, n0 + 4 * g);
-#pragma unroll
-      for (int j = 0; j < NTL; ++j) {
-        b[j][0] = to_tf32(quad_at(b0, j));
-        b[j][1] = to_tf32(quad_at(b1, j));
-      }
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
-    }
+    this->template mac_b_words<K>(fa, fb4, [&] { return n0 + 4 * g; });
   }
 
   // f(row, first column, the four accumulators of columns first .. first + 3).
@@ -710,28 +709,7 @@ struct MmaQuadTile : MmaTile<M, NC, NT> {
   // MmaTile::row_sums for this column order: part[(warp & 3) * M + row], four partials per row.
   template <class F>
   M3_DEV void row_sums(float* part, F f) {
-    float sums[MT][2];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) sums[i][0] = sums[i][1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NTL; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          sums[i][e >> 1] += f(m0 + i * 16 + g + ((e >> 1) << 3), quad_col(e & 1) + j, acc[i][j][e]);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1) sums[i][h] += __shfl_xor_sync(0xffffffffu, sums[i][h], o);
-    if (t != 0) return;
-    const int warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) part[(warp & 3) * M + m0 + i * 16 + g + 8 * h] = sums[i][h];
+    this->template line_sums<true>(part, f, [&](int j, int e) { return quad_col(e) + j; });
   }
 };
 #endif
