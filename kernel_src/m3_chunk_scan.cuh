@@ -43,6 +43,9 @@
 #if M3_CP_TRIMS && !(M3_STAGE_ALL && M3_VECTOR_IO && M3_PARALLEL_SCALARS)
 #error "M3_CP_TRIMS builds on M3_STAGE_ALL"
 #endif
+#if M3_CP_ROW_PAIRED_LANES && !(M3_CP_TRIMS && M3_VECTOR_IO)
+#error "M3_CP_ROW_PAIRED_LANES needs M3_CP_TRIMS and M3_VECTOR_IO"
+#endif
 // M3_CP_PREFETCH (v17): every input tile of a chunk (q, k, v, z, dout, angles and, in the
 // backward, the state entering it) requested at the kernel's start with cp.async into an idle
 // tile, and waited for once, at load_chunk's first barrier: one memory round trip where the
@@ -660,7 +663,15 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
   {
     constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS;
     static_assert(ROWS * PASSES == C && OCT == 16, "q/k staging expects 16 octets per row");
+#if M3_CP_ROW_PAIRED_LANES
+    // Lane bits 0-1 and 3-4 pick the octet, bit 2 the row of the warp's two: a quarter-warp's
+    // 16-byte stores then cover octets 0-3 (or 4-7, ...) of two rows LDN = 4 (mod 32) floats apart,
+    // 32 distinct banks, where sixteen lanes of one row put octets o and o + 4 on the same banks.
+    const int lane16 = tid & 31;
+    const int o = (lane16 & 3) | ((lane16 >> 3) << 2), r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
+#else
     const int o = tid % OCT, r0 = tid / OCT;
+#endif
     uint4 qv[PASSES], kv[PASSES];
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
@@ -715,7 +726,12 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #if M3_CP_TRIMS
       raws[ps] = raw;
     }
+#if M3_CP_ROW_PAIRED_LANES
+    // The octet bits 3, 2, 1, 0 are lane bits 4, 3, 1, 0: group_sum_n's order, so the same sums.
+    lane_sum_n<PASSES>(raws, 16, 8, 2, 1);
+#else
     group_sum_n<PASSES, OCT>(raws);
+#endif
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
       if (o == 0) s.vv(kVecQkRaw)[ps * ROWS + r0] = raws[ps];
@@ -896,12 +912,32 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
   __syncthreads();
 }
 
+#if M3_CP_SPREAD_K && (M3_SPLIT_TF32 || !M3_USE_MMA)
+#error "M3_CP_SPREAD_K reorders plain tf32 products only"
+#endif
+// Which products take mac_spread_k's order (M3_CP_SPREAD_K): the forward's chunk state at every
+// level, the backward's dv and dks intra products at 1 and 2, its state-gradient product at 1.
+// Macros, not constexpr variables: a namespace-scope constant moves the kernels' constant bank.
+#define M3_SPREAD_BACKWARD_INTRA (M3_CP_SPREAD_K == 1 || M3_CP_SPREAD_K == 2)
+// tile += A B for operands both read along k element by element: in mac_spread_k's k order when
+// kSpread, else by mac_exact (kExact) or mac.
+template <int K, bool kSpread, bool kExact, class TileT, class FA, class FB>
+M3_DEV void mac_along_k(TileT& tile, FA fa, FB fb) {
+  if constexpr (kSpread) {
+    tile.template mac_spread_k<K>(fa, fb);
+  } else if constexpr (kExact) {
+    tile.template mac_exact<K>(fa, fb);
+  } else {
+    tile.template mac<K>(fa, fb);
+  }
+}
+
 // The chunk's own contribution to the state leaving it: sum_s wb[s] v[s] ks[s]^T.
 M3_DEV void chunk_state_contribution(Smem& s, StateTile& upd) {
   const float* wb = s.vv(kVecWb);
   const float* sc = s.vv(kVecSc);
-  upd.template mac_exact<C>([&](int r, int k) { return s.v[k * LDP + r]; },
-                            [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
+  mac_along_k<C, M3_CP_SPREAD_K != 0, true>(upd, [&](int r, int k) { return s.v[k * LDP + r]; },
+                                 [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
 }
 
 M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len) {
@@ -1316,8 +1352,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     stp.template mac<N>(M3_ROWS_A(s.kr, LDN),
                         M3_ROWS_B(s.ds, LDN));
 #endif
-    intra.template mac<C>([&](int r, int k) { return s.m[k * LDC + r]; },
-                          [&](int k, int c) { return s.dy[k * LDP + c]; });
+    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, false>(intra, [&](int r, int k) { return s.m[k * LDC + r]; },
+                                    [&](int k, int c) { return s.dy[k * LDP + c]; });
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
       const float sp = wb[r] * sc[r] * acc_state;
 #if !M3_CP_FRAG_SUMS
@@ -1472,8 +1508,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dks into t2.
   {
     Tile<C, N, C / 16, 8> intra, stp;
-    intra.template mac_exact<C>([&](int r, int k) { return s.x[k * LDC + r]; },
-                          [&](int k, int c) { return s.qr[k * LDN + c]; });
+    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, true>(intra, [&](int r, int k) { return s.x[k * LDC + r]; },
+                                   [&](int k, int c) { return s.qr[k * LDN + c]; });
 #if M3_FRAG_DS
     stp.template mac_frag_cols<P>(M3_ROWS_A(s.v, LDP),
                                   [&](int r, int pos) { return s.ds4(r, pos); });
@@ -1494,8 +1530,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 // The chunk's own contribution to the gradient of the state entering it: sum_t e[t] dy[t] qr[t]^T.
 M3_DEV void state_grad_contribution(Smem& s, StateTile& upd) {
   const float* e = s.vv(kVecE);
-  upd.template mac_exact<C>([&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
-                            [&](int k, int c) { return s.qr[k * LDN + c]; });
+  mac_along_k<C, M3_CP_SPREAD_K == 1, true>(upd, [&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
+                                            [&](int k, int c) { return s.qr[k * LDN + c]; });
 }
 
 // Per-token gradients of q and k (per head, into the workspace), dphi and dscale; adds the

@@ -141,6 +141,17 @@ M3_DEV void group_sum_n(float (&x)[K]) {
   }
 }
 
+// group_sum_n over the lanes whose indices differ in the bits of o1..o4, in that order.
+template <int K>
+M3_DEV void lane_sum_n(float (&x)[K], int o1, int o2, int o3, int o4) {
+  const int offsets[4] = {o1, o2, o3, o4};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int u = 0; u < K; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], offsets[i]);
+  }
+}
+
 template <int K>
 M3_DEV void warp_inclusive_scan_n(float (&x)[K]) {
   const int lane = threadIdx.x & 31;
@@ -307,6 +318,16 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #ifndef M3_CP_SWIZZLED_HALVES
 #define M3_CP_SWIZZLED_HALVES 0
 #endif
+#ifndef M3_CP_ROW_PAIRED_LANES
+#define M3_CP_ROW_PAIRED_LANES 0
+#endif
+// M3_CP_SPREAD_K: the products whose two operands are both read element by element along k
+// take MmaTile::mac_spread_k's k order. 1 (v75): the forward's chunk-state product and the
+// backward's dv intra, dks intra and state-gradient products; 2 (v77): all but the last; 3 (v79):
+// the forward's alone.
+#ifndef M3_CP_SPREAD_K
+#define M3_CP_SPREAD_K 0
+#endif
 // x = big + small, both tf32 (round to nearest): big's bits, and small's, ready for mma.
 M3_DEV void split_tf32(float x, unsigned& big, unsigned& small) {
   const unsigned b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
@@ -379,6 +400,39 @@ struct MmaTile {
         const int c = n0 + j * 8 + g;
         b[j][0] = to_tf32(fb(k0 + t, c));
         b[j][1] = to_tf32(fb(k0 + t + 4, c));
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+
+  // mac for A(r, k) and B(k, c) both read element by element at k * ld + (r or c), ld = 4 (mod
+  // 32): mac's k = k0 + t puts lane (g, t) on bank 4 t + g, two lanes per bank. Here each k-step
+  // of a block of 32 takes k = 2 t + {0, 16, 1, 17} (and + 8 for the second register): bank
+  // 8 t + g, all 32 distinct. The same products, summed in other groups of eight.
+  template <int K, class FA, class FB>
+  M3_DEV void mac_spread_k(FA fa, FB fb) {
+    static_assert(K % 32 == 0, "K must be a multiple of 32");
+    M3_MAC_UNROLL
+    for (int k0 = 0; k0 < K; k0 += 8) {
+      const int step = (k0 >> 3) & 3;
+      const int k = (k0 & ~31) + 2 * t + (step & 1) + ((step >> 1) << 4);
+      unsigned a[MT][4], b[NTL][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = m0 + i * 16 + g;
+        a[i][0] = to_tf32(fa(r, k));
+        a[i][1] = to_tf32(fa(r + 8, k));
+        a[i][2] = to_tf32(fa(r, k + 8));
+        a[i][3] = to_tf32(fa(r + 8, k + 8));
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const int c = n0 + j * 8 + g;
+        b[j][0] = to_tf32(fb(k, c));
+        b[j][1] = to_tf32(fb(k + 8, c));
       }
 #pragma unroll
       for (int i = 0; i < MT; ++i)

@@ -46,7 +46,11 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v65", 32, 256}, OpConfig{"v66", 32, 256},
                                                 OpConfig{"v67", 32, 256}, OpConfig{"v68", 32, 256},
                                                 OpConfig{"v69", 32, 256}, OpConfig{"v70", 32, 256},
-                                                OpConfig{"v71", 32, 256}, OpConfig{"v72", 32, 256}};
+                                                OpConfig{"v71", 32, 256}, OpConfig{"v72", 32, 256},
+                                                OpConfig{"v73", 32, 256}, OpConfig{"v74", 32, 256},
+                                                OpConfig{"v75", 32, 256}, OpConfig{"v76", 32, 256},
+                                                OpConfig{"v77", 32, 256}, OpConfig{"v78", 32, 256},
+                                                OpConfig{"v79", 32, 256}, OpConfig{"v80", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -71,7 +75,9 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v58", "v57", "v8"}, {"v60", "v59", "v8"},
                               {"v62", "v61", "v8"}, {"v64", "v63", "v8"},
                               {"v66", "v65", "v8"}, {"v68", "v67", "v8"},
-                              {"v70", "v69", "v8"}, {"v72", "v71", "v8"}};
+                              {"v70", "v69", "v8"}, {"v72", "v71", "v8"},
+                              {"v74", "v73", "v8"}, {"v76", "v75", "v8"},
+                              {"v78", "v77", "v8"}, {"v80", "v79", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -194,9 +200,15 @@ int seq_bucket(long long num_seqs) {
 // and of kr), the same dqr, u summed in another order; v69: v65 whose forward stores each chunk's
 // mixing matrix for the backward, which loads it instead of rebuilding it (M3_CP_STORED_MIXING),
 // results bitwise v65's; v71: v65 whose 32-byte shared row pieces are written and read in a
-// bank-conflict-free order (M3_CP_SWIZZLED_HALVES), results bitwise v65's. v9, v12, v14, v16,
-// v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46, v48, v50, v52, v54,
-// v56, v58, v60, v62, v64, v66, v68, v70 and v72 have no kernels of their own (kDispatch).
+// bank-conflict-free order (M3_CP_SWIZZLED_HALVES), results bitwise v65's; v73: v71 whose q/k
+// staging lanes take two rows per quarter-warp (M3_CP_ROW_PAIRED_LANES), results bitwise v71's;
+// v75: v73 whose four products with both operands read along k element by element take their k
+// in a bank-conflict-free order (M3_CP_SPREAD_K=1), the same products summed in other groups;
+// v77: the same but for the backward's state-gradient product (M3_CP_SPREAD_K=2); v79: only the
+// forward's chunk-state product (M3_CP_SPREAD_K=3), the backward kernel v73's.
+// v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
+// v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78 and v80 have no
+// kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -239,6 +251,10 @@ struct VariantTraits {
   bool quad_columns = false;
   bool stored_mixing = false;
   bool swizzled_halves = false;
+  bool row_paired_lanes = false;
+  bool spread_k = false;          // v75
+  bool spread_k_but_state = false;  // v77
+  bool spread_k_forward = false;    // v79
 };
 VariantTraits traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -286,7 +302,11 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v65", "v59", &VariantTraits::rich_schedule},
                                     {"v67", "v65", &VariantTraits::quad_columns},
                                     {"v69", "v65", &VariantTraits::stored_mixing},
-                                    {"v71", "v65", &VariantTraits::swizzled_halves}};
+                                    {"v71", "v65", &VariantTraits::swizzled_halves},
+                                    {"v73", "v71", &VariantTraits::row_paired_lanes},
+                                    {"v75", "v73", &VariantTraits::spread_k},
+                                    {"v77", "v73", &VariantTraits::spread_k_but_state},
+                                    {"v79", "v73", &VariantTraits::spread_k_forward}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
@@ -376,6 +396,10 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.quad_columns) src.options.push_back("-DM3_CP_QUAD_COLUMNS=1");
   if (tr.stored_mixing) src.options.push_back("-DM3_CP_STORED_MIXING=1");
   if (tr.swizzled_halves) src.options.push_back("-DM3_CP_SWIZZLED_HALVES=1");
+  if (tr.row_paired_lanes) src.options.push_back("-DM3_CP_ROW_PAIRED_LANES=1");
+  if (tr.spread_k) src.options.push_back("-DM3_CP_SPREAD_K=1");
+  if (tr.spread_k_but_state) src.options.push_back("-DM3_CP_SPREAD_K=2");
+  if (tr.spread_k_forward) src.options.push_back("-DM3_CP_SPREAD_K=3");
   src.arch = arch;
   return src;
 }

@@ -150,7 +150,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -214,6 +214,22 @@ TEST_CASE("v71 swizzles the staged rows, v65 does not", "[registry]") {
   CHECK(has_option(scan_source(parse_op_config("variant=v71"), 8), "-DM3_CP_SWIZZLED_HALVES=1"));
   CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v65"), 8), "-DM3_CP_SWIZZLED_HALVES=1"));
   CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v69"), 8), "-DM3_CP_SWIZZLED_HALVES=1"));
+}
+
+TEST_CASE("v73 pairs the rows of its q/k staging lanes, v71 does not", "[registry]") {
+  CHECK(has_option(scan_source(parse_op_config("variant=v73"), 8), "-DM3_CP_ROW_PAIRED_LANES=1"));
+  CHECK(has_option(scan_source(parse_op_config("variant=v73"), 8), "-DM3_CP_SWIZZLED_HALVES=1"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v71"), 8), "-DM3_CP_ROW_PAIRED_LANES=1"));
+}
+
+TEST_CASE("v75, v77 and v79 spread the k order of their k-major products, v73 does not", "[registry]") {
+  CHECK(has_option(scan_source(parse_op_config("variant=v75"), 8), "-DM3_CP_SPREAD_K=1"));
+  CHECK(has_option(scan_source(parse_op_config("variant=v77"), 8), "-DM3_CP_SPREAD_K=2"));
+  CHECK(has_option(scan_source(parse_op_config("variant=v79"), 8), "-DM3_CP_SPREAD_K=3"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v79"), 8), "-DM3_CP_SPREAD_K=1"));
+  CHECK(has_option(scan_source(parse_op_config("variant=v77"), 8), "-DM3_CP_ROW_PAIRED_LANES=1"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v73"), 8), "-DM3_CP_SPREAD_K=1"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v73"), 8), "-DM3_CP_SPREAD_K=2"));
 }
 
 TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[registry]") {
