@@ -55,6 +55,19 @@
 #if M3_CP_RICH_SCHEDULE && (!M3_CP_TRIMS || M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT)
 #error "M3_CP_RICH_SCHEDULE builds on M3_CP_TRIMS's table, without head clusters or persistent CTAs"
 #endif
+// M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
+// Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
+// angle_cluster_size); rank z sums chunks z NW + warp, (z + Z) NW + warp, ..., so a sequence of up
+// to Z NW chunks costs one round of loads where a lone CTA needed one per NW chunks (c01's longest
+// sequence: 6 rounds, most of the kernel's 23 us in run 55). After the cluster barrier rank 0
+// scans, and the last rank writes the ticket table, the final-state gradient's reorder and an
+// empty sequence's zero states meanwhile. Same per-chunk sums, same scan: results bitwise v79's.
+#ifndef M3_CP_CLUSTER_ANGLES
+#define M3_CP_CLUSTER_ANGLES 0
+#endif
+#if M3_CP_CLUSTER_ANGLES && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
+#error "M3_CP_CLUSTER_ANGLES splits the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES"
+#endif
 // Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
 // per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
 // not constexpr variables: those became device globals and moved every other global's address.
@@ -220,15 +233,8 @@ M3_DEV void zero_partials_row(const M3Params& p, const Job& job) {
   }
 }
 
-#if M3_CP_HEAD_CLUSTERS
-#if !M3_CP_TRIMS2 || !M3_CP_GLOBAL_STATES || M3_CP_FUSED_HEADS
-#error "M3_CP_HEAD_CLUSTERS is wired into the M3_CP_TRIMS2, M3_CP_GLOBAL_STATES backward without fused head sums"
-#endif
-// A backward cluster is G CTAs (the launch's cluster size, G dividing H): the heads g G .. g G +
-// G - 1 of one chunk, rank r taking head g G + r. Its rank 0 draws one ticket for the group; the
-// tickets t = ticket G + r are the ones a CTA per job would draw, in the same order, so a chunk's
-// successor still started first. Three cluster barriers per job: the ticket, the dq/dk rows
-// ready, and the reads done (a CTA's shared memory must outlive its peers' reads of it).
+// This CTA's rank in its cluster and the cluster's size (1 and 0 without a cluster launch), and
+// the cluster barrier: arrive releases this thread's writes, wait acquires every other's.
 M3_DEV unsigned cluster_rank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -241,6 +247,16 @@ M3_DEV unsigned cluster_ranks() {
 }
 M3_DEV void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 M3_DEV void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+#if M3_CP_HEAD_CLUSTERS
+#if !M3_CP_TRIMS2 || !M3_CP_GLOBAL_STATES || M3_CP_FUSED_HEADS
+#error "M3_CP_HEAD_CLUSTERS is wired into the M3_CP_TRIMS2, M3_CP_GLOBAL_STATES backward without fused head sums"
+#endif
+// A backward cluster is G CTAs (the launch's cluster size, G dividing H): the heads g G .. g G +
+// G - 1 of one chunk, rank r taking head g G + r. Its rank 0 draws one ticket for the group; the
+// tickets t = ticket G + r are the ones a CTA per job would draw, in the same order, so a chunk's
+// successor still started first. Three cluster barriers per job: the ticket, the dq/dk rows
+// ready, and the reads done (a CTA's shared memory must outlive its peers' reads of it).
 // The address of the same shared word in the CTA of cluster rank `rank`.
 M3_DEV unsigned peer_address(const void* local, unsigned rank) {
   unsigned remote;
@@ -437,7 +453,13 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     m3_cp_angles(const M3Params p) {
   using namespace m3cp;
   m3_allow_next_kernel();
+#if M3_CP_CLUSTER_ANGLES
+  // Clusters of zs CTAs along x: rank z of head h is CTA h zs + z.
+  const int zs = static_cast<int>(cluster_ranks()), z = static_cast<int>(cluster_rank());
+  const int h = blockIdx.x / zs, seq = blockIdx.y, H = p.H, T = p.T;
+#else
   const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
+#endif
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   {
     // The two kernels after this one start from zeroed tickets and ready flags (everything up to
@@ -460,7 +482,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   // registers, one CTA per SM and two waves of them on five sequences (run 25: 29.9 us against
   // 21.6 on c01); from v23 on (M3_CP_GLOBAL_STATES) one chunk again.
   constexpr int kBatch = M3_CP_GLOBAL_STATES ? 1 : 2;
+#if M3_CP_CLUSTER_ANGLES
+  for (int j0 = z * NW + warp; j0 < chunks; j0 += zs * NW) {  // kBatch is 1
+#else
   for (int j0 = warp; j0 < chunks; j0 += kBatch * NW) {
+#endif
     m3_bf16 raw[kBatch][C];
     float dts[kBatch][C];
 #pragma unroll
@@ -499,9 +525,21 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
   }
 #endif
+#if M3_CP_CLUSTER_ANGLES
+  // Every rank's chunk totals are in ws_phi: rank 0 scans them (loads that skip L1, which has not
+  // seen the other ranks' stores), the last rank does the rest.
+  cluster_arrive();
+  cluster_wait();
+  const bool scans = z == 0, finishes = z == zs - 1;
+#define M3_ANGLE_TOTAL(ptr) __ldcg(ptr)
+#else
   __syncthreads();
+  constexpr bool scans = true, finishes = true;
+  (void)scans;  // the scan without M3_CP_TRIMS2 tests its warp instead
+#define M3_ANGLE_TOTAL(ptr) (*(ptr))
+#endif
 #if M3_CP_TRIMS2
-  {
+  if (scans) {
     // The sums entering the chunks by warp scans in double, 32 chunks per pass, the angle indices
     // spread over the warps and scanned together: a pass costs one round trip where the walk
     // below costs one per eight chunks. Each sum is wrapped once: in double the unwrapped sum
@@ -517,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       const int j = j0 + lane;
       double x[K];
 #pragma unroll
-      for (int u = 0; u < K; ++u) x[u] = j < chunks ? static_cast<double>(slots[j * stride + warp + u * NW]) : 0.0;
+      for (int u = 0; u < K; ++u) x[u] = j < chunks ? static_cast<double>(M3_ANGLE_TOTAL(slots + j * stride + warp + u * NW)) : 0.0;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         double y[K];
@@ -567,8 +605,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     p.final_angle[row * A + lane] = f2bf(chunks > 0 ? static_cast<float>(sum) : 0.f);
   }
 #endif
+#undef M3_ANGLE_TOTAL
 #if M3_CP_TRIMS
-  if (h == 0 && seq == 0) {
+  if (h == 0 && seq == 0 && finishes) {
     for (int q = threadIdx.x; q < p.chunk_capacity; q += NT) {
       int s = -1, round = 0;
       if (!m3_schedule(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
@@ -588,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 #if M3_FRAG_DS
   // The backward reads the final state's gradient, like every state gradient, in fragment order
   // from the slot after the sequence's last chunk (the workspace has one slot to spare for it).
-  if (chunks > 0 && p.dfinal_ssm && !p.forward_only) {
+  if (finishes && chunks > 0 && p.dfinal_ssm && !p.forward_only) {
     const float* src = p.dfinal_ssm + row * P * N;
     const long long spare = static_cast<long long>(sh.chunk_base + chunks) * H + h;
     float4* dst = reinterpret_cast<float4*>(p.ws_dstates + spare * P * N);
@@ -618,7 +657,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 #endif
   }
 #endif
-  if (sh.len == 0) {
+  if (finishes && sh.len == 0) {
     for (int e = threadIdx.x; e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
     for (int e = threadIdx.x; e < N; e += NT) p.final_k[row * N + e] = 0.f;
     for (int e = threadIdx.x; e < P; e += NT) p.final_v[row * P + e] = static_cast<m3_bf16>(0);

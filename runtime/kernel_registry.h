@@ -73,6 +73,10 @@ bool stores_mixing(const OpConfig& config);
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.
 unsigned head_cluster_size(const OpConfig& config, int64_t heads);
+// The cluster size of the angle kernel's launch (its grid is then size * H by S): 1, or for the
+// variants whose angle kernel splits a (sequence, head) over a cluster (v81) enough CTAs for a
+// warp per chunk of a sequence of `longest_sequence` tokens (an upper bound will do), at most 8.
+unsigned angle_cluster_size(const OpConfig& config, int64_t longest_sequence);
 std::size_t scan_smem_bytes(const OpConfig& config);
 // Dynamic shared memory of the chunk-parallel forward and backward kernels.
 std::size_t forward_smem_bytes(const OpConfig& config);

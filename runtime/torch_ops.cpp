@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -64,6 +65,8 @@ struct CallKernels {
   // Persistent variants: the CTAs of the forward and backward that fit on the device at once
   // (their grids), else 0.
   unsigned forward_ctas = 0, backward_ctas = 0;
+  // Variants whose angle kernel runs in clusters (their size depends on the call).
+  bool angle_clusters = false;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -80,6 +83,7 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
   const KernelSource scan_src = scan_source(config, bucket);
   if (is_chunk_parallel(config)) {
     k.cp_angles = &kernel_for(scan_src, "m3_cp_angles", 0, capturing);
+    k.angle_clusters = angle_cluster_size(config, std::numeric_limits<int64_t>::max()) > 1;
     k.forward_smem = static_cast<unsigned>(forward_smem_bytes(config));
     k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
@@ -167,7 +171,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
   // allocation carved into the five buffers: each allocator call costs microseconds of host
   // time, and the call is short enough for them to show.
-  const OpConfig run_config = resolve_kernels(config, longest_sequence(pb, T));
+  const int64_t longest = longest_sequence(pb, T);
+  const OpConfig run_config = resolve_kernels(config, longest);
   const bool chunk_parallel = is_chunk_parallel(run_config);
   const int64_t total_chunks = std::max<int64_t>(T / config.chunk + S, 1);
   const int64_t rows = forward_only ? 0 : std::max<int64_t>(T, 1);  // dq/dk partials: backward only
@@ -292,9 +297,12 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   lc.block[0] = threads;
   if (chunk_parallel) {
     // The angle kernel also zeroes the tickets and flags (sync_words) the next two start from.
-    lc.grid[0] = static_cast<unsigned>(H);
+    const unsigned angle_ranks = kernels.angle_clusters ? angle_cluster_size(run_config, longest) : 1;
+    lc.grid[0] = static_cast<unsigned>(H) * angle_ranks;
     lc.grid[1] = static_cast<unsigned>(S);
+    lc.cluster[0] = angle_ranks;
     kernels.cp_angles->launch(lc, args);
+    lc.cluster[0] = 1;
     // The kernels after the first wait for their predecessor themselves where the variant says so.
     lc.programmatic = uses_programmatic_launch(run_config);
     // One CTA per possible (chunk, head), those past the last chunk leave at once; persistent
