@@ -58,15 +58,28 @@
 // M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
 // Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
 // angle_cluster_size); rank z sums chunks z NW + warp, (z + Z) NW + warp, ..., so a sequence of up
-// to Z NW chunks costs one round of loads where a lone CTA needed one per NW chunks (c01's longest
-// sequence: 6 rounds, most of the kernel's 23 us in run 55). After the cluster barrier rank 0
-// scans, and the last rank writes the ticket table, the final-state gradient's reorder and an
-// empty sequence's zero states meanwhile. Same per-chunk sums, same scan: results bitwise v79's.
+// to Z NW chunks costs one round of loads where a lone CTA needed one per NW chunks (c01: 4
+// rounds). After the cluster barrier rank 0 scans, and the last rank writes the ticket table, the
+// final-state gradient's reorder and an empty sequence's zero states meanwhile. Same per-chunk
+// sums, same scan: results bitwise v79's. Slower (run 56): the kernel is bound by instruction
+// issue, not by its rounds of loads (run 57).
 #ifndef M3_CP_CLUSTER_ANGLES
 #define M3_CP_CLUSTER_ANGLES 0
 #endif
 #if M3_CP_CLUSTER_ANGLES && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
 #error "M3_CP_CLUSTER_ANGLES splits the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES"
+#endif
+// M3_CP_TOKEN_LANE_ANGLES (v83): the angle kernel's chunk totals with a lane per 16-byte quarter of
+// a token's angle row (four tokens per lane) instead of a lane per angle index walking the 32
+// tokens: 4 vector loads and 4 dt loads per lane where there were 64 scalar loads, each with its
+// own 64-bit address arithmetic (run 57: about 12 integer instructions per token next to tanhf's
+// 12). The products pass through shared memory so that lane a then sums angle index a over the
+// tokens in order with the same fused multiply-adds: results bitwise v79's.
+#ifndef M3_CP_TOKEN_LANE_ANGLES
+#define M3_CP_TOKEN_LANE_ANGLES 0
+#endif
+#if M3_CP_TOKEN_LANE_ANGLES && (!(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES) || M3_CP_CLUSTER_ANGLES)
+#error "M3_CP_TOKEN_LANE_ANGLES replaces the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES, without clusters"
 #endif
 // Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
 // per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
@@ -481,6 +494,48 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   // Two chunks per warp at a time: twice the loads in flight, half the round trips. That took 161
   // registers, one CTA per SM and two waves of them on five sequences (run 25: 29.9 us against
   // 21.6 on c01); from v23 on (M3_CP_GLOBAL_STATES) one chunk again.
+#if M3_CP_TOKEN_LANE_ANGLES
+  static_assert(C == 32 && A == 32, "a warp's lanes cover a chunk's 32 tokens as 8 x 4 row quarters");
+  __shared__ __align__(16) float products[NW][C][A + 4];  // 16-byte rows, conflict-free quarters
+  __shared__ float token_dt[NW][C];
+  const int quarter = lane & 3;
+  const long long token_stride = static_cast<long long>(H) * A;
+  for (int j = warp; j < chunks; j += NW) {
+    const int a = j * C, len = min(C, sh.len - a);
+    const m3_bf16* rows = p.angles + (static_cast<long long>(sh.start + a) * H + h) * A + 8 * quarter;
+    const float* dts = p.dt + static_cast<long long>(h) * T + sh.start + a;
+    uint4 raw[4];
+    float dt4[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = 8 * i + (lane >> 2);
+      raw[i] = t < len ? *reinterpret_cast<const uint4*>(rows + t * token_stride) : make_uint4(0u, 0u, 0u, 0u);
+      dt4[i] = t < len ? dts[t] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = 8 * i + (lane >> 2);
+      const unsigned w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        // Element e of the quarter: the low half of word e / 2 first (little-endian bf16 pairs).
+        const unsigned bits = (e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16);
+        y[e] = kM3Pi * tanhf(__uint_as_float(bits));
+      }
+      float4* dst = reinterpret_cast<float4*>(&products[warp][t][8 * quarter]);
+      dst[0] = make_float4(y[0], y[1], y[2], y[3]);
+      dst[1] = make_float4(y[4], y[5], y[6], y[7]);
+      if (quarter == 0) token_dt[warp][t] = dt4[i];
+    }
+    __syncwarp();
+    float total = 0.f;
+#pragma unroll
+    for (int t = 0; t < C; ++t) total = fmaf(products[warp][t][lane], token_dt[warp][t], total);
+    p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
+    __syncwarp();  // every lane has read the products before the next chunk's overwrite them
+  }
+#else
   constexpr int kBatch = M3_CP_GLOBAL_STATES ? 1 : 2;
 #if M3_CP_CLUSTER_ANGLES
   for (int j0 = z * NW + warp; j0 < chunks; j0 += zs * NW) {  // kBatch is 1
@@ -508,6 +563,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       if (j < chunks) p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
     }
   }
+#endif  // M3_CP_TOKEN_LANE_ANGLES
 #else
   for (int j = warp; j < chunks; j += NW) {
     const int a = j * C, len = min(C, sh.len - a);
