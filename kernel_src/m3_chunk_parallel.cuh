@@ -78,8 +78,10 @@
 #ifndef M3_CP_TOKEN_LANE_ANGLES
 #define M3_CP_TOKEN_LANE_ANGLES 0
 #endif
-#if M3_CP_TOKEN_LANE_ANGLES && (!(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES) || M3_CP_CLUSTER_ANGLES)
-#error "M3_CP_TOKEN_LANE_ANGLES replaces the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES, without clusters"
+// With M3_CP_CLUSTER_ANGLES as well (v85), the cluster's ranks share out the chunks as in v81;
+// slower again (run 60): a finer grid multiplies each CTA's fixed work.
+#if M3_CP_TOKEN_LANE_ANGLES && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
+#error "M3_CP_TOKEN_LANE_ANGLES replaces the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES"
 #endif
 // Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
 // per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
@@ -462,7 +464,12 @@ M3_DEV double wrap_angle_double(double x) {
 
 // The angle sum entering every chunk of one (sequence, head) into ws_phi, the final angle state,
 // and zero final states for an empty sequence. Grid (H, S).
+#if M3_CP_TOKEN_LANE_ANGLES && M3_CP_CLUSTER_ANGLES
+// Five CTAs an SM (48 registers; shared memory allows five): c01's 640 CTAs in one wave.
+extern "C" __global__ void __launch_bounds__(M3_THREADS, 5)
+#else
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
+#endif
     m3_cp_angles(const M3Params p) {
   using namespace m3cp;
   m3_allow_next_kernel();
@@ -500,7 +507,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   __shared__ float token_dt[NW][C];
   const int quarter = lane & 3;
   const long long token_stride = static_cast<long long>(H) * A;
+#if M3_CP_CLUSTER_ANGLES
+  for (int j = z * NW + warp; j < chunks; j += zs * NW) {
+#else
   for (int j = warp; j < chunks; j += NW) {
+#endif
     const int a = j * C, len = min(C, sh.len - a);
     const m3_bf16* rows = p.angles + (static_cast<long long>(sh.start + a) * H + h) * A + 8 * quarter;
     const float* dts = p.dt + static_cast<long long>(h) * T + sh.start + a;

@@ -52,7 +52,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v77", 32, 256}, OpConfig{"v78", 32, 256},
                                                 OpConfig{"v79", 32, 256}, OpConfig{"v80", 32, 256},
                                                 OpConfig{"v81", 32, 256}, OpConfig{"v82", 32, 256},
-                                                OpConfig{"v83", 32, 256}, OpConfig{"v84", 32, 256}};
+                                                OpConfig{"v83", 32, 256}, OpConfig{"v84", 32, 256},
+                                                OpConfig{"v85", 32, 256}, OpConfig{"v86", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -80,7 +81,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v70", "v69", "v8"}, {"v72", "v71", "v8"},
                               {"v74", "v73", "v8"}, {"v76", "v75", "v8"},
                               {"v78", "v77", "v8"}, {"v80", "v79", "v8"},
-                              {"v82", "v81", "v8"}, {"v84", "v83", "v8"}};
+                              {"v82", "v81", "v8"}, {"v84", "v83", "v8"},
+                              {"v86", "v85", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -211,10 +213,10 @@ int seq_bucket(long long num_seqs) {
 // forward's chunk-state product (M3_CP_SPREAD_K=3), the backward kernel v73's; v81: v79 whose
 // angle kernel spreads a (sequence, head) over a cluster of CTAs (M3_CP_CLUSTER_ANGLES), results
 // bitwise v79's; v83: v79 whose angle kernel loads a chunk's angle rows a 16-byte quarter per lane
-// (M3_CP_TOKEN_LANE_ANGLES), results bitwise v79's.
+// (M3_CP_TOKEN_LANE_ANGLES), results bitwise v79's; v85: v83 with v81's clusters.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
-// v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82 and
-// v84 have no kernels of their own (kDispatch).
+// v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84
+// and v86 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -316,7 +318,8 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v77", "v73", &VariantTraits::spread_k_but_state},
                                     {"v79", "v73", &VariantTraits::spread_k_forward},
                                     {"v81", "v79", &VariantTraits::cluster_angles},
-                                    {"v83", "v79", &VariantTraits::token_lane_angles}};
+                                    {"v83", "v79", &VariantTraits::token_lane_angles},
+                                    {"v85", "v83", &VariantTraits::cluster_angles}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
