@@ -31,16 +31,20 @@
 #if M3_PDL && !M3_REDUCE_WIDE
 #error "M3_PDL is wired into the wide reduce kernels only"
 #endif
+// M3_REDUCE_ONE_LAUNCH (v87): m3_reduce_all, the head sums and the partials' sums in one grid.
+#ifndef M3_REDUCE_ONE_LAUNCH
+#define M3_REDUCE_ONE_LAUNCH 0
+#endif
+#if M3_REDUCE_ONE_LAUNCH && (!M3_REDUCE_WIDE || M3_PDL || M3_REDUCE_HEAD_PARTS)
+#error "M3_REDUCE_ONE_LAUNCH joins the wide reduce kernels, without PDL or head parts"
+#endif
 
 #if M3_REDUCE_WIDE
-// Grid: T * N / 4 threads.
-extern "C" __global__ void __launch_bounds__(M3_THREADS)
-    m3_reduce_heads(const M3Params p) {
+// Block `block` of the head sums: T * N / 4 threads in all.
+M3_DEV void reduce_heads_block(const M3Params& p, unsigned block) {
   static_assert(M3_N % 4 == 0, "four columns per thread");
-  m3_wait_for_previous_kernel();  // the backward's per-head partials
-  m3_allow_next_kernel();
   constexpr int QUADS = M3_N / 4;
-  const long long idx = static_cast<long long>(blockIdx.x) * M3_THREADS + threadIdx.x;
+  const long long idx = static_cast<long long>(block) * M3_THREADS + threadIdx.x;
   if (idx >= static_cast<long long>(p.T) * QUADS) return;
   const long long t = idx / QUADS;
   const int n = 4 * static_cast<int>(idx % QUADS);
@@ -61,15 +65,20 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   *reinterpret_cast<uint2*>(p.dk + t * M3_N + n) = pack(ak);
 }
 
-// Grid (H, ceil((2N + 1) / 32)): lane = column, warp w sums rows w, w + NW, ... in order; the
-// warps' sums are then added in warp order.
 extern "C" __global__ void __launch_bounds__(M3_THREADS)
-    m3_reduce_partials(const M3Params p) {
+    m3_reduce_heads(const M3Params p) {
+  m3_wait_for_previous_kernel();  // the backward's per-head partials
+  m3_allow_next_kernel();
+  reduce_heads_block(p, blockIdx.x);
+}
+
+// Head h, columns 32 col_block .. + 31 of the partials' sums: lane = column, warp w sums rows w,
+// w + NW, ... in order; the warps' sums are then added in warp order.
+M3_DEV void reduce_partials_block(const M3Params& p, int h, int col_block) {
   constexpr int NW = M3_THREADS / 32, COLS = 2 * M3_N + 1;
   __shared__ float warp_sums[NW][32];
-  m3_wait_for_previous_kernel();  // m3_reduce_heads, and through it the backward's partials
-  const int h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int c = blockIdx.y * 32 + lane;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = col_block * 32 + lane;
   float acc = 0.f;
   if (c < COLS) {
 #pragma unroll 4
@@ -89,6 +98,30 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     p.dd[h] = total;
   }
 }
+
+// Grid (H, ceil((2N + 1) / 32)).
+extern "C" __global__ void __launch_bounds__(M3_THREADS)
+    m3_reduce_partials(const M3Params p) {
+  m3_wait_for_previous_kernel();  // m3_reduce_heads, and through it the backward's partials
+  reduce_partials_block(p, blockIdx.x, blockIdx.y);
+}
+
+#if M3_REDUCE_ONE_LAUNCH
+// Both sums in one grid, the H * ceil((2N + 1) / 32) partials blocks first (each walks every
+// chunk's row, the longer blocks), then the T * N / 4 threads of the head sums: the two read
+// disjoint partials and write disjoint results, and one launch less saves its gap and the
+// partials kernel's tail (2 to 5 us a call, run 58).
+extern "C" __global__ void __launch_bounds__(M3_THREADS)
+    m3_reduce_all(const M3Params p) {
+  constexpr int COL_BLOCKS = (2 * M3_N + 1 + 31) / 32;
+  const unsigned partial_blocks = static_cast<unsigned>(p.H) * COL_BLOCKS;
+  if (blockIdx.x < partial_blocks) {
+    reduce_partials_block(p, static_cast<int>(blockIdx.x % p.H), static_cast<int>(blockIdx.x / p.H));
+  } else {
+    reduce_heads_block(p, blockIdx.x - partial_blocks);
+  }
+}
+#endif
 #else
 // dq[t][n] = sum over heads of dqh[t][h][n]; likewise dk. One thread per (token, n).
 extern "C" __global__ void __launch_bounds__(M3_THREADS)

@@ -1,6 +1,7 @@
 #include "kernel_registry.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -53,7 +54,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v79", 32, 256}, OpConfig{"v80", 32, 256},
                                                 OpConfig{"v81", 32, 256}, OpConfig{"v82", 32, 256},
                                                 OpConfig{"v83", 32, 256}, OpConfig{"v84", 32, 256},
-                                                OpConfig{"v85", 32, 256}, OpConfig{"v86", 32, 256}};
+                                                OpConfig{"v85", 32, 256}, OpConfig{"v86", 32, 256},
+                                                OpConfig{"v87", 32, 256}, OpConfig{"v88", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -82,7 +84,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v74", "v73", "v8"}, {"v76", "v75", "v8"},
                               {"v78", "v77", "v8"}, {"v80", "v79", "v8"},
                               {"v82", "v81", "v8"}, {"v84", "v83", "v8"},
-                              {"v86", "v85", "v8"}};
+                              {"v86", "v85", "v8"}, {"v88", "v87", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -98,10 +100,21 @@ std::vector<std::string> dims_options(const OpConfig& c) {
           "-DM3_THREADS=" + std::to_string(c.threads)};
 }
 
+// Every call's dispatch asks several of the questions below; a scan of known_configs() by name
+// for each would cost microseconds of host time per call, so the configurations are indexed once.
+const OpConfig* known_config(const std::string& variant) {
+  static const std::map<std::string, const OpConfig*> index = [] {
+    std::map<std::string, const OpConfig*> m;
+    for (const auto& k : known_configs()) m.emplace(k.variant, &k);
+    return m;
+  }();
+  const auto it = index.find(variant);
+  return it == index.end() ? nullptr : it->second;
+}
+
 void require_known(const OpConfig& c) {
-  for (const auto& k : known_configs()) {
-    if (k.variant == c.variant && k.chunk == c.chunk && k.threads == c.threads) return;
-  }
+  const OpConfig* k = known_config(c.variant);
+  if (k != nullptr && k->chunk == c.chunk && k->threads == c.threads) return;
   std::string supported;
   for (const auto& k : known_configs()) supported += (supported.empty() ? "" : "; ") + to_string(k);
   throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) +
@@ -213,10 +226,11 @@ int seq_bucket(long long num_seqs) {
 // forward's chunk-state product (M3_CP_SPREAD_K=3), the backward kernel v73's; v81: v79 whose
 // angle kernel spreads a (sequence, head) over a cluster of CTAs (M3_CP_CLUSTER_ANGLES), results
 // bitwise v79's; v83: v79 whose angle kernel loads a chunk's angle rows a 16-byte quarter per lane
-// (M3_CP_TOKEN_LANE_ANGLES), results bitwise v79's; v85: v83 with v81's clusters.
+// (M3_CP_TOKEN_LANE_ANGLES), results bitwise v79's; v85: v83 with v81's clusters; v87: v83 whose
+// two reduce kernels run as one launch (M3_REDUCE_ONE_LAUNCH), results bitwise v83's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
-// v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84
-// and v86 have no kernels of their own (kDispatch).
+// v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
+// v86 and v88 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -265,8 +279,9 @@ struct VariantTraits {
   bool spread_k_forward = false;    // v79
   bool cluster_angles = false;      // v81
   bool token_lane_angles = false;   // v83
+  bool one_reduce_launch = false;   // v87
 };
-VariantTraits traits(const OpConfig& c) {
+static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
   if (c.variant == "v2") return {true, 4, false, false, false, false, false, false, false, false, false, false};
   if (c.variant == "v3") return {true, 4, true, false, false, false, false, false, false, false, false, false};
@@ -319,15 +334,29 @@ VariantTraits traits(const OpConfig& c) {
                                     {"v79", "v73", &VariantTraits::spread_k_forward},
                                     {"v81", "v79", &VariantTraits::cluster_angles},
                                     {"v83", "v79", &VariantTraits::token_lane_angles},
-                                    {"v85", "v83", &VariantTraits::cluster_angles}};
+                                    {"v85", "v83", &VariantTraits::cluster_angles},
+                                    {"v87", "v83", &VariantTraits::one_reduce_launch}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
-    VariantTraits t = traits(OpConfig{d.base, c.chunk, c.threads});
+    VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
     t.*(d.adds) = true;
     if (d.also != nullptr) t.*(d.also) = true;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
+}
+
+// compute_traits walks the chain of derived variants by name, about 5 us for a recent variant
+// (measured on the CPU), and a call asks for the traits several times: each known variant's are
+// worked out once. The traits depend on the variant's name only.
+VariantTraits traits(const OpConfig& c) {
+  static const std::map<std::string, VariantTraits> table = [] {
+    std::map<std::string, VariantTraits> m;
+    for (const auto& k : known_configs()) m.emplace(k.variant, compute_traits(k));
+    return m;
+  }();
+  const auto it = table.find(c.variant);
+  return it != table.end() ? it->second : compute_traits(c);
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
@@ -425,6 +454,7 @@ bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).progr
 bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
 bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
+bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_reduce_launch; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;
@@ -448,15 +478,17 @@ unsigned angle_cluster_size(const OpConfig& c, int64_t longest_sequence) {
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const VariantTraits tr = kernel_traits(c);
   const bool wide = tr.wide_reductions, pdl = tr.programmatic_launch, parts = tr.head_clusters;
+  const bool one = tr.one_reduce_launch;
   KernelSource src;
   src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
-             (parts ? ",head_parts" : "") + "]";
+             (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
   if (wide) src.options.push_back("-DM3_REDUCE_WIDE=1");
   if (pdl) src.options.push_back("-DM3_PDL=1");
   if (parts) src.options.push_back("-DM3_REDUCE_HEAD_PARTS=1");
+  if (one) src.options.push_back("-DM3_REDUCE_ONE_LAUNCH=1");
   src.arch = arch;
   return src;
 }

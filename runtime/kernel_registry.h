@@ -14,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v84";  // the fastest variant verified on the GPU
+  std::string variant = "v88";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -69,6 +69,9 @@ bool uses_fused_head_sums(const OpConfig& config);
 // True for the variant (v69) whose forward stores each chunk's C x C mixing matrix per head in
 // the workspace (ws_mixing) for the backward to load.
 bool stores_mixing(const OpConfig& config);
+// True for the variants (v87 on) whose head sums and partials' sums run as one kernel,
+// m3_reduce_all: a grid of H * ceil((2N + 1) / 32) partials blocks, then T * N / 4 head-sum threads.
+bool uses_one_reduce_launch(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

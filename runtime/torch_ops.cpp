@@ -59,6 +59,7 @@ struct CallKernels {
   const LoadedKernel* cp_backward;
   const LoadedKernel* reduce_heads;
   const LoadedKernel* reduce_partials;
+  const LoadedKernel* reduce_all;  // both reductions in one grid (uses_one_reduce_launch), else null
   unsigned scan_smem;
   unsigned forward_smem;   // m3_cp_forward's; equal to scan_smem except with a lean forward layout
   unsigned backward_smem;  // m3_cp_backward's; equal to scan_smem except with the states in global memory
@@ -99,6 +100,7 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
   const KernelSource reduce_src = reduce_source(config);
   k.reduce_heads = &kernel_for(reduce_src, "m3_reduce_heads", 0, capturing);
   k.reduce_partials = &kernel_for(reduce_src, "m3_reduce_partials", 0, capturing);
+  if (uses_one_reduce_launch(config)) k.reduce_all = &kernel_for(reduce_src, "m3_reduce_all", 0, capturing);
   std::lock_guard<std::mutex> lock(mu);
   memo.emplace(key, k);
   return k;
@@ -132,6 +134,50 @@ OpConfig config_for(c10::string_view text) {
   return config;
 }
 
+// The pieces of the one workspace allocation (floats; each piece starts 256-byte aligned). Each
+// allocator call costs microseconds of host time, and the call is short enough for them to show.
+struct WorkspaceLayout {
+  int64_t total_chunks = 0, partial_rows = 0;
+  int64_t n_states = 0, n_phi = 0, n_dh = 0, n_partial = 0, n_dstates = 0, n_tail = 0, n_sync = 0,
+          n_schedule = 0, n_mixing = 0;
+  static int64_t align(int64_t n) { return (n + 63) / 64 * 64; }
+  int64_t total() const {
+    return align(n_states) + align(n_phi) + 2 * align(n_dh) + align(n_partial) + align(n_dstates) + align(n_tail) +
+           align(n_sync) + align(n_schedule) + align(n_mixing);
+  }
+};
+
+// sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone.
+WorkspaceLayout workspace_layout(const OpConfig& run_config, const Problem& pb, bool forward_only) {
+  const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
+  const bool chunk_parallel = is_chunk_parallel(run_config);
+  WorkspaceLayout w;
+  w.total_chunks = std::max<int64_t>(T / run_config.chunk + S, 1);
+  const int64_t rows = forward_only ? 0 : std::max<int64_t>(T, 1);  // dq/dk partials: backward only
+  w.n_states = w.total_chunks * H * P * N;
+  w.n_phi = w.total_chunks * H * A;
+  w.n_dh = rows * H * N;
+  // The chunk-parallel variants keep one partials row per chunk (the walkers one per sequence), the
+  // state gradients and tail carries chunks hand on, and their tickets and flags.
+  w.partial_rows = chunk_parallel ? w.total_chunks : S;
+  w.n_partial = w.partial_rows * H * (2 * N + 1);
+  // One slot more than the states: the fragment-order variants (M3_CP_FRAG_STATES and
+  // M3_CP_FRAG_DSTATES, v27 on) reorder each final state's gradient into the slot after its
+  // sequence's last chunk, which is past the chunks for the last sequence. The other
+  // chunk-parallel variants leave the slot unused.
+  w.n_dstates = chunk_parallel && !forward_only ? w.n_states + H * P * N : 0;
+  w.n_tail = chunk_parallel ? w.total_chunks * H * (A + 4) : 0;
+  // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
+  w.n_sync = chunk_parallel ? 2 + 3 * w.total_chunks * H + w.total_chunks : 0;
+  // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
+  // before it use 2).
+  w.n_schedule = chunk_parallel ? 8 * w.total_chunks : 0;
+  // The forward's mixing matrices, C x C per chunk and head, for the backward (v69 on).
+  const bool hands_mixing = chunk_parallel && !forward_only && stores_mixing(run_config);
+  w.n_mixing = hands_mixing ? w.total_chunks * H * run_config.chunk * run_config.chunk : 0;
+  return w;
+}
+
 // Runs the chunk scan and the reductions. With `states` (the four initial states) the variant
 // must take them, and the four gradients of the states follow the sixteen results. Undefined
 // cotangents are zeros the kernels never read. `forward_only` returns the five forward results
@@ -158,6 +204,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const at::Device dev = q.device();
   const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
 
+  // The workspace too is allocated while cu_seqlens travels. Which kernels run depends on the
+  // longest sequence, but the workspace of either candidate (short sequences, or one of T tokens)
+  // is sized from shapes: the larger is taken.
+  const OpConfig short_config = resolve_kernels(config, 0);
+  const WorkspaceLayout short_ws = workspace_layout(short_config, pb, forward_only);
+  const WorkspaceLayout long_ws = workspace_layout(resolve_kernels(config, T), pb, forward_only);
+  at::Tensor ws = fresh({std::max(short_ws.total(), long_ws.total())}, at::kFloat, dev);
   at::Tensor output = fresh({1, T, H, P}, at::kBFloat16, dev);
   at::Tensor final_angle = fresh({S, H, A}, at::kBFloat16, dev);
   at::Tensor final_ssm = fresh({S, H, P, N}, at::kFloat, dev);
@@ -168,40 +221,15 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // Bad boundaries throw here: the results above go back to the allocator, nothing was launched.
   if (readback) readback->finish(pb);
 
-  // sum ceil(L_i / chunk) <= T / chunk + S, so the workspace is sized from shapes alone. One
-  // allocation carved into the five buffers: each allocator call costs microseconds of host
-  // time, and the call is short enough for them to show.
+  // The kernels the longest sequence picks, and their carving of the workspace.
   const int64_t longest = longest_sequence(pb, T);
   const OpConfig run_config = resolve_kernels(config, longest);
   const bool chunk_parallel = is_chunk_parallel(run_config);
-  const int64_t total_chunks = std::max<int64_t>(T / config.chunk + S, 1);
-  const int64_t rows = forward_only ? 0 : std::max<int64_t>(T, 1);  // dq/dk partials: backward only
-  const int64_t n_states = total_chunks * H * P * N, n_phi = total_chunks * H * A, n_dh = rows * H * N;
-  // The chunk-parallel variants keep one partials row per chunk (the walkers one per sequence), the
-  // state gradients and tail carries chunks hand on, and their tickets and flags.
-  const int64_t partial_rows = chunk_parallel ? total_chunks : S;
-  // One slot more than the states: the fragment-order variants (M3_CP_FRAG_STATES and
-  // M3_CP_FRAG_DSTATES, v27 on) reorder each final state's gradient into the slot after its
-  // sequence's last chunk, which is past the chunks for the last sequence. The other
-  // chunk-parallel variants leave the slot unused.
-  const int64_t n_dstates = chunk_parallel && !forward_only ? n_states + H * P * N : 0;
-  const int64_t n_tail = chunk_parallel ? total_chunks * H * (A + 4) : 0;
-  // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
-  const int64_t n_sync = chunk_parallel ? 2 + 3 * total_chunks * H + total_chunks : 0;
-  // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
-  // before it use 2).
-  const int64_t n_schedule = chunk_parallel ? 8 * total_chunks : 0;
-  // The forward's mixing matrices, C x C per chunk and head, for the backward (v69 on).
-  const bool hands_mixing = chunk_parallel && !forward_only && stores_mixing(run_config);
-  const int64_t n_mixing = hands_mixing ? total_chunks * H * config.chunk * config.chunk : 0;
-  const auto align = [](int64_t n) { return (n + 63) / 64 * 64; };  // 256-byte aligned pieces
-  at::Tensor ws = fresh({align(n_states) + align(n_phi) + 2 * align(n_dh) + align(partial_rows * H * (2 * N + 1)) +
-                         align(n_dstates) + align(n_tail) + align(n_sync) + align(n_schedule) + align(n_mixing)},
-                        at::kFloat, dev);
+  const WorkspaceLayout wl = run_config.variant == short_config.variant ? short_ws : long_ws;
   float* ws_next = ws.data_ptr<float>();
   const auto carve = [&](int64_t n) {
     float* piece = ws_next;
-    ws_next += align(n);
+    ws_next += WorkspaceLayout::align(n);
     return piece;
   };
 
@@ -250,18 +278,18 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     p.dangles = ptr<m3_bf16>(dangles);
     p.dd = ptr<float>(dd);
   };
-  p.ws_states = carve(n_states);
-  p.ws_phi = carve(n_phi);
-  p.ws_dqh = carve(n_dh);
-  p.ws_dkh = carve(n_dh);
-  p.ws_partial = carve(partial_rows * H * (2 * N + 1));
-  p.ws_dstates = carve(n_dstates);
-  p.ws_tail = carve(n_tail);
-  p.ws_sync = reinterpret_cast<int*>(carve(n_sync));
-  p.ws_schedule = reinterpret_cast<int*>(carve(n_schedule));
-  p.ws_mixing = n_mixing ? carve(n_mixing) : nullptr;
-  p.chunk_capacity = static_cast<int>(total_chunks);
-  p.partial_rows = static_cast<int>(partial_rows);
+  p.ws_states = carve(wl.n_states);
+  p.ws_phi = carve(wl.n_phi);
+  p.ws_dqh = carve(wl.n_dh);
+  p.ws_dkh = carve(wl.n_dh);
+  p.ws_partial = carve(wl.n_partial);
+  p.ws_dstates = carve(wl.n_dstates);
+  p.ws_tail = carve(wl.n_tail);
+  p.ws_sync = reinterpret_cast<int*>(carve(wl.n_sync));
+  p.ws_schedule = reinterpret_cast<int*>(carve(wl.n_schedule));
+  p.ws_mixing = wl.n_mixing ? carve(wl.n_mixing) : nullptr;
+  p.chunk_capacity = static_cast<int>(wl.total_chunks);
+  p.partial_rows = static_cast<int>(wl.partial_rows);
   std::vector<at::Tensor> state_grads;
   if (states) {
     const std::vector<at::Tensor>& st = *states;
@@ -277,6 +305,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       p.d_init_v = ptr<m3_bf16>(state_grads[3]);
     }
   }
+  // The sixteen results, then the gradients of the initial states.
+  const auto finish_results = [&] {
+    std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
+                                       dq_bias, dk_bias, dangles, dd, dz};
+    results.insert(results.end(), state_grads.begin(), state_grads.end());
+    return results;
+  };
   p.T = static_cast<int>(T);
   p.S = static_cast<int>(S);
   p.H = static_cast<int>(H);
@@ -308,7 +343,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     // One CTA per possible (chunk, head), those past the last chunk leave at once; persistent
     // variants launch the CTAs that fit at once, each running jobs until the tickets run out.
     const auto cp_grid = [&](unsigned resident) {
-      const int64_t jobs = total_chunks * H;
+      const int64_t jobs = wl.total_chunks * H;
       return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
     };
     lc.grid[0] = cp_grid(kernels.forward_ctas);
@@ -332,6 +367,14 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   }
   lc.dynamic_smem = 0;
   const bool wide = uses_wide_reductions(run_config);
+  const unsigned partial_blocks_y = wide ? static_cast<unsigned>((2 * N + 1 + 31) / 32) : 1;
+  if (kernels.reduce_all != nullptr) {
+    const int64_t head_threads = T * N / 4;
+    lc.grid[0] = static_cast<unsigned>(H) * partial_blocks_y + static_cast<unsigned>((head_threads + threads - 1) / threads);
+    lc.grid[1] = 1;
+    kernels.reduce_all->launch(lc, args);
+    return finish_results();
+  }
   // The fused variants' backward has summed dq and dk over the heads already.
   if (T > 0 && !uses_fused_head_sums(run_config)) {
     const int64_t head_threads = wide ? T * N / 4 : T * N;
@@ -340,13 +383,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     reduce_heads.launch(lc, args);
   }
   lc.grid[0] = static_cast<unsigned>(H);
-  lc.grid[1] = wide ? static_cast<unsigned>((2 * N + 1 + 31) / 32) : 1;
+  lc.grid[1] = partial_blocks_y;
   reduce_partials.launch(lc, args);
-
-  std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
-                                     dq_bias, dk_bias, dangles, dd, dz};
-  results.insert(results.end(), state_grads.begin(), state_grads.end());
-  return results;
+  return finish_results();
 }
 
 std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,

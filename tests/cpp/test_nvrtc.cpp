@@ -151,7 +151,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -260,6 +260,29 @@ TEST_CASE("v83 loads its angle rows a quarter per lane, v79 and v81 do not", "[r
   CHECK(has_option(scan_source(parse_op_config("variant=v85"), 8), "-DM3_CP_TOKEN_LANE_ANGLES=1"));
   CHECK(has_option(scan_source(parse_op_config("variant=v85"), 8), "-DM3_CP_CLUSTER_ANGLES=1"));
   CHECK(angle_cluster_size(parse_op_config("variant=v85"), 4096) == 8);
+}
+
+TEST_CASE("v87 runs both reductions in one launch, from a reduce specialisation of its own", "[registry]") {
+  const OpConfig v83 = parse_op_config("variant=v83"), v87 = parse_op_config("variant=v87");
+  CHECK(uses_one_reduce_launch(v87));
+  CHECK_FALSE(uses_one_reduce_launch(v83));
+  CHECK(has_option(reduce_source(v87), "-DM3_REDUCE_ONE_LAUNCH=1"));
+  CHECK(has_option(reduce_source(v87), "-DM3_REDUCE_WIDE=1"));
+  CHECK_FALSE(has_option(reduce_source(v83), "-DM3_REDUCE_ONE_LAUNCH=1"));
+  CHECK(reduce_source(v87).name != reduce_source(v83).name);
+  // Its chunk-parallel kernels are v83's: the same options.
+  CHECK(scan_source(v87, 8).options == scan_source(v83, 8).options);
+  CHECK_THROWS_AS(uses_one_reduce_launch(parse_op_config("variant=v88")), std::invalid_argument);
+}
+
+TEST_CASE("a variant's traits are the same however often and in whatever order they are asked for", "[registry]") {
+  // traits() memoises each variant's; the answers must not depend on which was asked first.
+  for (const char* name : {"v87", "v13", "v83", "v1", "v87"}) {
+    INFO(name);
+    const OpConfig c = parse_op_config(std::string("variant=") + name);
+    CHECK(is_chunk_parallel(c) == (std::string(name) != "v1"));
+    CHECK(uses_wide_reductions(c) == (std::string(name) == "v87" || std::string(name) == "v83"));
+  }
 }
 
 TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[registry]") {
