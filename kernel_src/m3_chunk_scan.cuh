@@ -511,9 +511,87 @@ M3_DEV void prefetch_chunk(const M3Params& p, const SeqHead& sh, Smem& s, float*
 }
 #endif
 
+// M3_CP_EARLY_LOADS (v91): the forward's load_chunk requests a thread's q and k octets, the
+// head's bias octets and its angle elements first, before the per-token scalars' loads and the
+// three barriers of the scalar phases, so that those round trips overlap instead of following one
+// another (scalars, then angles, then q/k: three in a row before). The registers that hold them
+// live only until the staging; the backward, at its 128-register limit, keeps the old order.
+// M3_CP_EARLY_LOADS=2 (v93) requests the head's v, z and dout rows there too: they were three
+// more round trips in a row, v at load_chunk's end and z, dout after it (their unpacking, waiting
+// on them, held 11% of the forward's stall samples on c01 in run 65).
+#ifndef M3_CP_EARLY_LOADS
+#define M3_CP_EARLY_LOADS 0
+#endif
+#if M3_CP_EARLY_LOADS && !(M3_VECTOR_IO && M3_STAGE_ALL && M3_PARALLEL_SCALARS && M3_CP_ROW_PAIRED_LANES) || \
+    M3_CP_EARLY_LOADS && M3_CP_PREFETCH
+#error "M3_CP_EARLY_LOADS is wired into the row-paired vector staging without M3_CP_PREFETCH"
+#endif
+#if M3_CP_EARLY_LOADS
+struct EarlyLoads {
+  static constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS, ANGLE_ITERS = C * A / NT;
+  uint4 qv[PASSES], kv[PASSES];
+  float qb[8], kb[8];
+  m3_bf16 angles[ANGLE_ITERS];
+#if M3_CP_EARLY_LOADS >= 2
+  // One 16-byte word of each C x P bf16 tile per thread: row tid / 8, octet tid % 8, as
+  // stage_bf16_rows<C, P> takes them; zero where it would load nothing.
+  static_assert(C * P / 8 == NT, "one word of each C x P tile per thread");
+  uint4 v, z, dout;
+#endif
+  // The same addresses and lane roles as load_chunk's staging below.
+  M3_DEV void issue(const M3Params& p, const SeqHead& sh, int a, int len) {
+    const int tid = threadIdx.x, lane16 = tid & 31;
+    const int o = (lane16 & 3) | ((lane16 >> 3) << 2), r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
+    const long long H = p.H;
+#pragma unroll
+    for (int ps = 0; ps < PASSES; ++ps) {
+      const int t = ps * ROWS + r0;
+      const long long tg = sh.start + a + t;
+      qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+      kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    load_f32x8(p.q_bias + sh.h * N + 8 * o, qb);
+    load_f32x8(p.k_bias + sh.h * N + 8 * o, kb);
+#pragma unroll
+    for (int it = 0; it < ANGLE_ITERS; ++it) {
+      const int e = tid + it * NT, t = e / A, i = e % A;
+      angles[it] = t < len ? p.angles[(static_cast<long long>(sh.start + a + t) * H + sh.h) * A + i]
+                           : static_cast<m3_bf16>(0);
+    }
+#if M3_CP_EARLY_LOADS >= 2
+    const int r = tid / (P / 8), ov = tid % (P / 8);
+    const long long word = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + 8 * ov;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    v = r < len ? ldg16(p.v + word) : zero;
+    z = r < len ? ldg16(p.z + word) : zero;
+    dout = r < len && p.dz && p.dout ? ldg16(p.dout + word) : zero;
+#endif
+  }
+};
+
+#if M3_CP_EARLY_LOADS >= 2
+// The second half of stage_bf16_rows<C, P> (identity combine) for a word loaded earlier.
+M3_DEV void store_bf16_word(uint4 word, int valid, float* dst, int ld) {
+  const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
+  float f[8], out[8];
+  unpack_bf16x8(word, f);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = r < valid ? f[j] : 0.f;
+  M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
+}
+#endif
+#endif
+
 // Loads one chunk and rebuilds everything per token that both walks need: the decays, the
 // trapezoid weights, the angles and the rotated, biased q and k rows of this head.
-M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
+// `early` (M3_CP_EARLY_LOADS only, null in the backward): the loads EarlyLoads::issue made. (Not a
+// template parameter: as a template the backward's and the other variants' SASS changed.)
+#if M3_CP_EARLY_LOADS
+#define M3_EARLY_LOADS_PARAM , const EarlyLoads* early = nullptr
+#else
+#define M3_EARLY_LOADS_PARAM
+#endif
+M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len M3_EARLY_LOADS_PARAM) {
   const int tid = threadIdx.x;
   const int H = p.H;
   const int T = p.T;
@@ -575,8 +653,15 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #if M3_CP_PREFETCH
       raw[it] = t < len ? s.raw[RawTiles::kAngles + t * A + i] : static_cast<m3_bf16>(0);
 #else
-      raw[it] = t < len ? p.angles[(static_cast<long long>(sh.start + a + t) * H + sh.h) * A + i]
-                        : static_cast<m3_bf16>(0);
+#if M3_CP_EARLY_LOADS
+      if (early) {
+        raw[it] = early->angles[it];
+      } else
+#endif
+      {
+        raw[it] = t < len ? p.angles[(static_cast<long long>(sh.start + a + t) * H + sh.h) * A + i]
+                          : static_cast<m3_bf16>(0);
+      }
 #endif
     }
 #pragma unroll
@@ -682,13 +767,29 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       qv[ps] = t < len ? ldg16(s.raw + RawTiles::kQ + t * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
       kv[ps] = t < len ? ldg16(s.raw + RawTiles::kK + t * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
 #else
-      qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
-      kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+#if M3_CP_EARLY_LOADS
+      if (early) {
+        qv[ps] = early->qv[ps];
+        kv[ps] = early->kv[ps];
+      } else
+#endif
+      {
+        qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+        kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+      }
 #endif
     }
     float qb[8], kb[8];
-    load_f32x8(p.q_bias + sh.h * N + 8 * o, qb);
-    load_f32x8(p.k_bias + sh.h * N + 8 * o, kb);
+#if M3_CP_EARLY_LOADS
+    if (early) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) qb[j] = early->qb[j], kb[j] = early->kb[j];
+    } else
+#endif
+    {
+      load_f32x8(p.q_bias + sh.h * N + 8 * o, qb);
+      load_f32x8(p.k_bias + sh.h * N + 8 * o, kb);
+    }
 #if M3_CP_TRIMS
     float raws[PASSES];
 #endif
@@ -746,8 +847,18 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #if M3_CP_PREFETCH
   stage_bf16_rows<C, P>(s.raw + RawTiles::kV, nullptr, P, len, s.v, LDP, [](float x, float) { return x; });
 #else
+#if M3_CP_EARLY_LOADS >= 2
+  if (early) {
+    store_bf16_word(early->v, len, s.v, LDP);
+  } else {
+    stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
+                          static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+  }
+#else
+  // (Spelled out apart from the branch above: inside a block of its own the walkers' SASS changed.)
   stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
                         static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+#endif
 #endif
 #else
   // q/k rows: a warp per token, a lane per rotary pair.
@@ -845,7 +956,14 @@ using StateTile = Tile<P, N, 4, 8>;
 M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
   const int H = p.H;
   (void)H;
+#if M3_CP_EARLY_LOADS
+  // Issued before load_chunk's first statement, the scalar phase's loads.
+  EarlyLoads early;
+  early.issue(p, sh, a, len);
+  load_chunk(p, sh, s, a, len, &early);
+#else
   load_chunk(p, sh, s, a, len);
+#endif
 #if M3_STAGE_ALL
   // The gate's inputs, staged while dy and t1 are idle in the forward walk (dout in rows of
   // P, so that a forward-only layout can give t1 just C x P); build_mixing's closing barrier
@@ -857,6 +975,9 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
       stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, nullptr, P, p.dout ? len : 0, s.t1, LDP,
                             [](float x, float) { return x; });
     }
+#elif M3_CP_EARLY_LOADS >= 2
+    store_bf16_word(early.z, len, s.dy, LDP);
+    if (p.dz) store_bf16_word(early.dout, p.dout ? len : 0, s.t1, LDP);
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
@@ -903,7 +1024,7 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
         const float zz = bf2f(p.z[idx]);
         const float dout = p.dout ? bf2f(p.dout[idx]) : 0.f;
 #endif
-        const float sg = sigmoidf(zz);
+        const float sg = gate_sigmoidf(zz);
         p.output[idx] = f2bf(y * zz * sg);
         if (p.dz) p.dz[idx] = f2bf(dout * y * sg * (1.f + zz * (1.f - sg)));
       }

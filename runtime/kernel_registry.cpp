@@ -55,7 +55,10 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v81", 32, 256}, OpConfig{"v82", 32, 256},
                                                 OpConfig{"v83", 32, 256}, OpConfig{"v84", 32, 256},
                                                 OpConfig{"v85", 32, 256}, OpConfig{"v86", 32, 256},
-                                                OpConfig{"v87", 32, 256}, OpConfig{"v88", 32, 256}};
+                                                OpConfig{"v87", 32, 256}, OpConfig{"v88", 32, 256},
+                                                OpConfig{"v89", 32, 256}, OpConfig{"v90", 32, 256},
+                                                OpConfig{"v91", 32, 256}, OpConfig{"v92", 32, 256},
+                                                OpConfig{"v93", 32, 256}, OpConfig{"v94", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -84,7 +87,9 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v74", "v73", "v8"}, {"v76", "v75", "v8"},
                               {"v78", "v77", "v8"}, {"v80", "v79", "v8"},
                               {"v82", "v81", "v8"}, {"v84", "v83", "v8"},
-                              {"v86", "v85", "v8"}, {"v88", "v87", "v8"}};
+                              {"v86", "v85", "v8"}, {"v88", "v87", "v8"},
+                              {"v90", "v89", "v8"}, {"v92", "v91", "v8"},
+                              {"v94", "v93", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -227,10 +232,15 @@ int seq_bucket(long long num_seqs) {
 // angle kernel spreads a (sequence, head) over a cluster of CTAs (M3_CP_CLUSTER_ANGLES), results
 // bitwise v79's; v83: v79 whose angle kernel loads a chunk's angle rows a 16-byte quarter per lane
 // (M3_CP_TOKEN_LANE_ANGLES), results bitwise v79's; v85: v83 with v81's clusters; v87: v83 whose
-// two reduce kernels run as one launch (M3_REDUCE_ONE_LAUNCH), results bitwise v83's.
+// two reduce kernels run as one launch (M3_REDUCE_ONE_LAUNCH), results bitwise v83's; v89: v87
+// whose forward computes its output gate's sigmoid from the hardware approximations
+// (M3_FAST_GATE), output and dz within a few ulp of v87's before the bf16 rounding; v91: v89
+// whose forward requests its q/k rows, biases and angles before the per-token scalar phases
+// (M3_CP_EARLY_LOADS), results bitwise v89's; v93: v91 whose forward requests its v, z and dout
+// rows there too (M3_CP_EARLY_LOADS=2), results bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86 and v88 have no kernels of their own (kDispatch).
+// v86, v88, v90, v92 and v94 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -280,6 +290,9 @@ struct VariantTraits {
   bool cluster_angles = false;      // v81
   bool token_lane_angles = false;   // v83
   bool one_reduce_launch = false;   // v87
+  bool fast_gate = false;           // v89
+  bool early_loads = false;         // v91
+  bool early_gate_loads = false;    // v93
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -335,7 +348,10 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v81", "v79", &VariantTraits::cluster_angles},
                                     {"v83", "v79", &VariantTraits::token_lane_angles},
                                     {"v85", "v83", &VariantTraits::cluster_angles},
-                                    {"v87", "v83", &VariantTraits::one_reduce_launch}};
+                                    {"v87", "v83", &VariantTraits::one_reduce_launch},
+                                    {"v89", "v87", &VariantTraits::fast_gate},
+                                    {"v91", "v89", &VariantTraits::early_loads},
+                                    {"v93", "v91", &VariantTraits::early_gate_loads}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -445,6 +461,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   // The cluster size is the launch's (angle_cluster_size).
   if (tr.cluster_angles) src.options.push_back("-DM3_CP_CLUSTER_ANGLES=1");
   if (tr.token_lane_angles) src.options.push_back("-DM3_CP_TOKEN_LANE_ANGLES=1");
+  if (tr.fast_gate) src.options.push_back("-DM3_FAST_GATE=1");
+  if (tr.early_loads) src.options.push_back(tr.early_gate_loads ? "-DM3_CP_EARLY_LOADS=2" : "-DM3_CP_EARLY_LOADS=1");
   src.arch = arch;
   return src;
 }

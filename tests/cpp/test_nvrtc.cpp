@@ -151,7 +151,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -273,6 +273,27 @@ TEST_CASE("v87 runs both reductions in one launch, from a reduce specialisation 
   // Its chunk-parallel kernels are v83's: the same options.
   CHECK(scan_source(v87, 8).options == scan_source(v83, 8).options);
   CHECK_THROWS_AS(uses_one_reduce_launch(parse_op_config("variant=v88")), std::invalid_argument);
+}
+
+TEST_CASE("v89 takes its forward gate from the hardware exponential and reciprocal", "[registry]") {
+  const OpConfig v87 = parse_op_config("variant=v87"), v89 = parse_op_config("variant=v89");
+  CHECK(has_option(scan_source(v89, 8), "-DM3_FAST_GATE=1"));
+  CHECK_FALSE(has_option(scan_source(v87, 8), "-DM3_FAST_GATE=1"));
+  CHECK(uses_one_reduce_launch(v89));
+  CHECK(reduce_source(v89).name == reduce_source(v87).name);
+  CHECK(resolve_kernels(parse_op_config("variant=v90"), kExactProductsAboveLen + 1).variant == "v8");
+}
+
+TEST_CASE("v91 adds the forward's early loads to v89's switches", "[registry]") {
+  const OpConfig v91 = parse_op_config("variant=v91");
+  CHECK(has_option(scan_source(v91, 8), "-DM3_CP_EARLY_LOADS=1"));
+  CHECK(has_option(scan_source(v91, 8), "-DM3_FAST_GATE=1"));
+  CHECK(has_option(scan_source(v91, 8), "-DM3_CP_ROW_PAIRED_LANES=1"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v89"), 8), "-DM3_CP_EARLY_LOADS=1"));
+  CHECK(uses_one_reduce_launch(v91));
+  // v93: the gate inputs and v too, one level up.
+  CHECK(has_option(scan_source(parse_op_config("variant=v93"), 8), "-DM3_CP_EARLY_LOADS=2"));
+  CHECK_FALSE(has_option(scan_source(parse_op_config("variant=v93"), 8), "-DM3_CP_EARLY_LOADS=1"));
 }
 
 TEST_CASE("a variant's traits are the same however often and in whatever order they are asked for", "[registry]") {
