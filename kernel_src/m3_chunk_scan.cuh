@@ -518,7 +518,8 @@ M3_DEV void prefetch_chunk(const M3Params& p, const SeqHead& sh, Smem& s, float*
 // live only until the staging; the backward, at its 128-register limit, keeps the old order.
 // M3_CP_EARLY_LOADS=2 (v93) requests the head's v, z and dout rows there too: they were three
 // more round trips in a row, v at load_chunk's end and z, dout after it (their unpacking, waiting
-// on them, held 11% of the forward's stall samples on c01 in run 65).
+// on them, held 11% of the forward's stall samples on c01 in run 65). M3_CP_EARLY_LOADS=3 (v95)
+// does the same in the backward, whose dout and z rows (combined into dy) follow load_chunk too.
 #ifndef M3_CP_EARLY_LOADS
 #define M3_CP_EARLY_LOADS 0
 #endif
@@ -539,6 +540,7 @@ struct EarlyLoads {
   uint4 v, z, dout;
 #endif
   // The same addresses and lane roles as load_chunk's staging below.
+  // dout only where dz is computed: never in a forward-only call, always when the backward runs.
   M3_DEV void issue(const M3Params& p, const SeqHead& sh, int a, int len) {
     const int tid = threadIdx.x, lane16 = tid & 31;
     const int o = (lane16 & 3) | ((lane16 >> 3) << 2), r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
@@ -577,6 +579,19 @@ M3_DEV void store_bf16_word(uint4 word, int valid, float* dst, int ld) {
   unpack_bf16x8(word, f);
 #pragma unroll
   for (int j = 0; j < 8; ++j) out[j] = r < valid ? f[j] : 0.f;
+  M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
+}
+#endif
+#if M3_CP_EARLY_LOADS >= 3
+// The second half of stage_bf16_rows<C, P> with two words loaded earlier and their combine.
+template <class Combine>
+M3_DEV void store_bf16_word_pair(uint4 wa, uint4 wb, int valid, float* dst, int ld, Combine combine) {
+  const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
+  float fa[8], fb[8], out[8];
+  unpack_bf16x8(wa, fa);
+  unpack_bf16x8(wb, fb);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = r < valid ? combine(fa[j], fb[j]) : 0.f;
   M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
 }
 #endif
@@ -1318,7 +1333,13 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
 #if M3_CP_STORED_MIXING
   request_mixing(s, p.ws_mixing + (static_cast<long long>(chunk) * H + sh.h) * C * C);
 #endif
+#if M3_CP_EARLY_LOADS >= 3
+  EarlyLoads early;
+  early.issue(p, sh, a, len);
+  load_chunk(p, sh, s, a, len, &early);
+#else
   load_chunk(p, sh, s, a, len);
+#endif
   {
 #if M3_CP_PREFETCH
     // The state (when there is one) came with the prefetch.
@@ -1338,10 +1359,15 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
       for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
     }
 #endif
+#if M3_CP_EARLY_LOADS >= 3
+    store_bf16_word_pair(early.dout, early.z, p.dout ? len : 0, s.dy, LDP,
+                         [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+#else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,
                           p.dout ? len : 0, s.dy, LDP,
                           [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+#endif
   }
 #else
     for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = saved ? saved[e] : 0.f;

@@ -58,7 +58,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v87", 32, 256}, OpConfig{"v88", 32, 256},
                                                 OpConfig{"v89", 32, 256}, OpConfig{"v90", 32, 256},
                                                 OpConfig{"v91", 32, 256}, OpConfig{"v92", 32, 256},
-                                                OpConfig{"v93", 32, 256}, OpConfig{"v94", 32, 256}};
+                                                OpConfig{"v93", 32, 256}, OpConfig{"v94", 32, 256},
+                                                OpConfig{"v95", 32, 256}, OpConfig{"v96", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -89,7 +90,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v82", "v81", "v8"}, {"v84", "v83", "v8"},
                               {"v86", "v85", "v8"}, {"v88", "v87", "v8"},
                               {"v90", "v89", "v8"}, {"v92", "v91", "v8"},
-                              {"v94", "v93", "v8"}};
+                              {"v94", "v93", "v8"}, {"v96", "v95", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -237,10 +238,11 @@ int seq_bucket(long long num_seqs) {
 // (M3_FAST_GATE), output and dz within a few ulp of v87's before the bf16 rounding; v91: v89
 // whose forward requests its q/k rows, biases and angles before the per-token scalar phases
 // (M3_CP_EARLY_LOADS), results bitwise v89's; v93: v91 whose forward requests its v, z and dout
-// rows there too (M3_CP_EARLY_LOADS=2), results bitwise v89's.
+// rows there too (M3_CP_EARLY_LOADS=2), results bitwise v89's; v95: v93 whose backward does the
+// same (M3_CP_EARLY_LOADS=3), meant to be bitwise v89's; not yet run on the GPU.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92 and v94 have no kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94 and v96 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -293,6 +295,7 @@ struct VariantTraits {
   bool fast_gate = false;           // v89
   bool early_loads = false;         // v91
   bool early_gate_loads = false;    // v93
+  bool early_backward_loads = false;  // v95
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -351,7 +354,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v87", "v83", &VariantTraits::one_reduce_launch},
                                     {"v89", "v87", &VariantTraits::fast_gate},
                                     {"v91", "v89", &VariantTraits::early_loads},
-                                    {"v93", "v91", &VariantTraits::early_gate_loads}};
+                                    {"v93", "v91", &VariantTraits::early_gate_loads},
+                                    {"v95", "v93", &VariantTraits::early_backward_loads}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -462,7 +466,11 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.cluster_angles) src.options.push_back("-DM3_CP_CLUSTER_ANGLES=1");
   if (tr.token_lane_angles) src.options.push_back("-DM3_CP_TOKEN_LANE_ANGLES=1");
   if (tr.fast_gate) src.options.push_back("-DM3_FAST_GATE=1");
-  if (tr.early_loads) src.options.push_back(tr.early_gate_loads ? "-DM3_CP_EARLY_LOADS=2" : "-DM3_CP_EARLY_LOADS=1");
+  if (tr.early_loads) {
+    src.options.push_back(tr.early_backward_loads ? "-DM3_CP_EARLY_LOADS=3"
+                          : tr.early_gate_loads   ? "-DM3_CP_EARLY_LOADS=2"
+                                                  : "-DM3_CP_EARLY_LOADS=1");
+  }
   src.arch = arch;
   return src;
 }
