@@ -527,6 +527,18 @@ M3_DEV void prefetch_chunk(const M3Params& p, const SeqHead& sh, Smem& s, float*
     M3_CP_EARLY_LOADS && M3_CP_PREFETCH
 #error "M3_CP_EARLY_LOADS is wired into the row-paired vector staging without M3_CP_PREFETCH"
 #endif
+#if M3_CP_ROW_PAIRED_LANES
+// The q/k staging's lane roles: lane bits 0-1 and 3-4 pick the octet `o`, bit 2 the row `r0` of
+// the warp's two. A quarter-warp's 16-byte stores then cover octets 0-3 (or 4-7, ...) of two rows
+// LDN = 4 (mod 32) floats apart, 32 distinct banks, where sixteen lanes of one row put octets o
+// and o + 4 on the same banks.
+M3_DEV void row_paired_octet(int tid, int& o, int& r0) {
+  const int lane16 = tid & 31;
+  o = (lane16 & 3) | ((lane16 >> 3) << 2);
+  r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
+}
+#endif
+
 #if M3_CP_EARLY_LOADS
 struct EarlyLoads {
   static constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS, ANGLE_ITERS = C * A / NT;
@@ -542,8 +554,9 @@ struct EarlyLoads {
   // The same addresses and lane roles as load_chunk's staging below.
   // dout only where dz is computed: never in a forward-only call, always when the backward runs.
   M3_DEV void issue(const M3Params& p, const SeqHead& sh, int a, int len) {
-    const int tid = threadIdx.x, lane16 = tid & 31;
-    const int o = (lane16 & 3) | ((lane16 >> 3) << 2), r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
+    const int tid = threadIdx.x;
+    int o, r0;
+    row_paired_octet(tid, o, r0);
     const long long H = p.H;
 #pragma unroll
     for (int ps = 0; ps < PASSES; ++ps) {
@@ -572,20 +585,10 @@ struct EarlyLoads {
 };
 
 #if M3_CP_EARLY_LOADS >= 2
-// The second half of stage_bf16_rows<C, P> (identity combine) for a word loaded earlier.
-M3_DEV void store_bf16_word(uint4 word, int valid, float* dst, int ld) {
-  const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
-  float f[8], out[8];
-  unpack_bf16x8(word, f);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) out[j] = r < valid ? f[j] : 0.f;
-  M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
-}
-#endif
-#if M3_CP_EARLY_LOADS >= 3
-// The second half of stage_bf16_rows<C, P> with two words loaded earlier and their combine.
+// The second half of stage_bf16_rows<C, P> for words loaded earlier (`wb` only for a combine that
+// reads it).
 template <class Combine>
-M3_DEV void store_bf16_word_pair(uint4 wa, uint4 wb, int valid, float* dst, int ld, Combine combine) {
+M3_DEV void store_bf16_words(uint4 wa, uint4 wb, int valid, float* dst, int ld, Combine combine) {
   const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
   float fa[8], fb[8], out[8];
   unpack_bf16x8(wa, fa);
@@ -764,11 +767,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     constexpr int OCT = N / 8, ROWS = NT / OCT, PASSES = C / ROWS;
     static_assert(ROWS * PASSES == C && OCT == 16, "q/k staging expects 16 octets per row");
 #if M3_CP_ROW_PAIRED_LANES
-    // Lane bits 0-1 and 3-4 pick the octet, bit 2 the row of the warp's two: a quarter-warp's
-    // 16-byte stores then cover octets 0-3 (or 4-7, ...) of two rows LDN = 4 (mod 32) floats apart,
-    // 32 distinct banks, where sixteen lanes of one row put octets o and o + 4 on the same banks.
-    const int lane16 = tid & 31;
-    const int o = (lane16 & 3) | ((lane16 >> 3) << 2), r0 = 2 * (tid >> 5) + ((lane16 >> 2) & 1);
+    int o, r0;
+    row_paired_octet(tid, o, r0);
 #else
     const int o = tid % OCT, r0 = tid / OCT;
 #endif
@@ -864,7 +864,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #else
 #if M3_CP_EARLY_LOADS >= 2
   if (early) {
-    store_bf16_word(early->v, len, s.v, LDP);
+    store_bf16_words(early->v, early->v, len, s.v, LDP, [](float x, float) { return x; });
   } else {
     stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
                           static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
@@ -991,8 +991,8 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
                             [](float x, float) { return x; });
     }
 #elif M3_CP_EARLY_LOADS >= 2
-    store_bf16_word(early.z, len, s.dy, LDP);
-    if (p.dz) store_bf16_word(early.dout, p.dout ? len : 0, s.t1, LDP);
+    store_bf16_words(early.z, early.z, len, s.dy, LDP, [](float x, float) { return x; });
+    if (p.dz) store_bf16_words(early.dout, early.dout, p.dout ? len : 0, s.t1, LDP, [](float x, float) { return x; });
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
@@ -1360,8 +1360,8 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     }
 #endif
 #if M3_CP_EARLY_LOADS >= 3
-    store_bf16_word_pair(early.dout, early.z, p.dout ? len : 0, s.dy, LDP,
-                         [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+    store_bf16_words(early.dout, early.z, p.dout ? len : 0, s.dy, LDP,
+                     [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,

@@ -286,16 +286,12 @@ struct VariantTraits {
   bool stored_mixing = false;
   bool swizzled_halves = false;
   bool row_paired_lanes = false;
-  bool spread_k = false;          // v75
-  bool spread_k_but_state = false;  // v77
-  bool spread_k_forward = false;    // v79
+  int spread_k = 0;                 // M3_CP_SPREAD_K: 1 (v75), 2 (v77), 3 (v79)
   bool cluster_angles = false;      // v81
   bool token_lane_angles = false;   // v83
   bool one_reduce_launch = false;   // v87
   bool fast_gate = false;           // v89
-  bool early_loads = false;         // v91
-  bool early_gate_loads = false;    // v93
-  bool early_backward_loads = false;  // v95
+  int early_loads = 0;              // M3_CP_EARLY_LOADS: 1 (v91), 2 (v93), 3 (v95)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -308,12 +304,15 @@ static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  // From v15 on each variant is its predecessor with one more switch (v33, v45: two).
+  // From v15 on each variant is its predecessor with one more switch (v33, v45: two), or with a
+  // leveled switch set to a level.
   struct Derived {
     const char* variant;
     const char* base;
     bool VariantTraits::*adds;
     bool VariantTraits::*also = nullptr;
+    int VariantTraits::*level = nullptr;
+    int value = 0;
   };
   static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
                                     {"v17", "v15", &VariantTraits::prefetch},
@@ -345,22 +344,23 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v69", "v65", &VariantTraits::stored_mixing},
                                     {"v71", "v65", &VariantTraits::swizzled_halves},
                                     {"v73", "v71", &VariantTraits::row_paired_lanes},
-                                    {"v75", "v73", &VariantTraits::spread_k},
-                                    {"v77", "v73", &VariantTraits::spread_k_but_state},
-                                    {"v79", "v73", &VariantTraits::spread_k_forward},
+                                    {"v75", "v73", nullptr, nullptr, &VariantTraits::spread_k, 1},
+                                    {"v77", "v73", nullptr, nullptr, &VariantTraits::spread_k, 2},
+                                    {"v79", "v73", nullptr, nullptr, &VariantTraits::spread_k, 3},
                                     {"v81", "v79", &VariantTraits::cluster_angles},
                                     {"v83", "v79", &VariantTraits::token_lane_angles},
                                     {"v85", "v83", &VariantTraits::cluster_angles},
                                     {"v87", "v83", &VariantTraits::one_reduce_launch},
                                     {"v89", "v87", &VariantTraits::fast_gate},
-                                    {"v91", "v89", &VariantTraits::early_loads},
-                                    {"v93", "v91", &VariantTraits::early_gate_loads},
-                                    {"v95", "v93", &VariantTraits::early_backward_loads}};
+                                    {"v91", "v89", nullptr, nullptr, &VariantTraits::early_loads, 1},
+                                    {"v93", "v91", nullptr, nullptr, &VariantTraits::early_loads, 2},
+                                    {"v95", "v93", nullptr, nullptr, &VariantTraits::early_loads, 3}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
-    t.*(d.adds) = true;
+    if (d.adds != nullptr) t.*(d.adds) = true;
     if (d.also != nullptr) t.*(d.also) = true;
+    if (d.level != nullptr) t.*(d.level) = d.value;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
@@ -459,18 +459,12 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.stored_mixing) src.options.push_back("-DM3_CP_STORED_MIXING=1");
   if (tr.swizzled_halves) src.options.push_back("-DM3_CP_SWIZZLED_HALVES=1");
   if (tr.row_paired_lanes) src.options.push_back("-DM3_CP_ROW_PAIRED_LANES=1");
-  if (tr.spread_k) src.options.push_back("-DM3_CP_SPREAD_K=1");
-  if (tr.spread_k_but_state) src.options.push_back("-DM3_CP_SPREAD_K=2");
-  if (tr.spread_k_forward) src.options.push_back("-DM3_CP_SPREAD_K=3");
+  if (tr.spread_k) src.options.push_back("-DM3_CP_SPREAD_K=" + std::to_string(tr.spread_k));
   // The cluster size is the launch's (angle_cluster_size).
   if (tr.cluster_angles) src.options.push_back("-DM3_CP_CLUSTER_ANGLES=1");
   if (tr.token_lane_angles) src.options.push_back("-DM3_CP_TOKEN_LANE_ANGLES=1");
   if (tr.fast_gate) src.options.push_back("-DM3_FAST_GATE=1");
-  if (tr.early_loads) {
-    src.options.push_back(tr.early_backward_loads ? "-DM3_CP_EARLY_LOADS=3"
-                          : tr.early_gate_loads   ? "-DM3_CP_EARLY_LOADS=2"
-                                                  : "-DM3_CP_EARLY_LOADS=1");
-  }
+  if (tr.early_loads) src.options.push_back("-DM3_CP_EARLY_LOADS=" + std::to_string(tr.early_loads));
   src.arch = arch;
   return src;
 }
