@@ -52,8 +52,8 @@
 #ifndef M3_CP_RICH_SCHEDULE
 #define M3_CP_RICH_SCHEDULE 0
 #endif
-#if M3_CP_RICH_SCHEDULE && (!M3_CP_TRIMS || M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT)
-#error "M3_CP_RICH_SCHEDULE builds on M3_CP_TRIMS's table, without head clusters or persistent CTAs"
+#if M3_CP_RICH_SCHEDULE && (!M3_CP_TRIMS || M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT == 1)
+#error "M3_CP_RICH_SCHEDULE builds on M3_CP_TRIMS's table, without head clusters or v45's persistent CTAs"
 #endif
 // M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
 // Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
@@ -361,12 +361,38 @@ M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bo
                                 Job& job) {
   if (threadIdx.x == 0) decode_ticket(p, next, shared);
   __syncthreads();
+#if M3_CP_RICH_SCHEDULE
+  job = Job{shared[0], shared[1], shared[2], shared[3], shared[4], shared[5], shared[6]};
+#else
   job = Job{shared[0], shared[1], shared[2], shared[3]};
+#endif
   __syncthreads();  // every thread holds the job before thread 0 may write the next one
   if (job.seq < 0 && (!zero_partials || job.q >= p.chunk_capacity)) return false;
+#if M3_CP_PERSISTENT == 1
   if (threadIdx.x == 0) next = atomicAdd(counter, 1);  // travels while this job runs
+#endif
   return true;
 }
+
+// M3_CP_PERSISTENT=2 (v97): v45's persistent CTAs, but a job draws the ticket of the CTA's next
+// job late, a few microseconds before it ends (the forward: before its outputs; the backward:
+// before the tail's wait), instead of as it starts. v45's early draw hid the atomic and the CTA
+// launch but held each drawn ticket a whole job before it ran, and the chains of chunks waited on
+// those tickets (run 41: backward +2 to +6%). Drawn late, the atomic's round trip still travels
+// behind the rest of the job, and a ticket waits only that long. The deadlock argument above holds
+// unchanged: a CTA holding a drawn ticket is busy with a smaller one. M3_CP_PERSISTENT=3 (v99):
+// the forward's CTAs only; the backward keeps a CTA per job (its loop's live values cost it
+// spill loads: 74 -> 87 LDL in v97's SASS).
+#define M3_CP_PERSISTENT_FORWARD (M3_CP_PERSISTENT != 0)
+#define M3_CP_PERSISTENT_BACKWARD (M3_CP_PERSISTENT == 1 || M3_CP_PERSISTENT == 2)
+#if M3_CP_PERSISTENT >= 2
+M3_DEV void draw_ticket(int* counter, int& next) {
+  if (threadIdx.x == 0) next = atomicAdd(counter, 1);
+}
+#define M3_LATE_TICKET_PARAM , int *counter, int &next
+#else
+#define M3_LATE_TICKET_PARAM
+#endif
 
 // Data before flag: every thread's writes are made visible device-wide, then one thread raises
 // the flag with release semantics.
@@ -733,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 
 namespace m3cp {
 // One forward (chunk, head) job.
-M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
+M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKET_PARAM) {
   const int H = p.H, tid = threadIdx.x, j = job.round;
   const SeqHead sh = job_seq_head<M3_CP_RICH_SCHEDULE != 0>(p, job);
   const int chunks = (sh.len + C - 1) / C;
@@ -842,6 +868,9 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job) {
 #endif  // M3_CP_FWD_GLOBAL_STATE
   if (!last) publish(forward_flags(p) + slot);
 
+#if M3_CP_PERSISTENT >= 2
+  draw_ticket(counter, next);
+#endif
   forward_outputs(p, sh, s, a, len);
   if (last) {
     const long long row = static_cast<long long>(sh.seq) * H + sh.h;
@@ -865,10 +894,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
 #endif
   m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
   m3_allow_next_kernel();
-#if M3_CP_PERSISTENT
+#if M3_CP_PERSISTENT_FORWARD
   int next = persistent_first_ticket(p.ws_sync);
   Job job;
+#if M3_CP_PERSISTENT >= 2
+  while (persistent_next_job(p, p.ws_sync, job_words, /*zero_partials=*/false, next, job)) {
+    forward_job(p, s, job, p.ws_sync, next);
+  }
+#else
   while (persistent_next_job(p, p.ws_sync, job_words, /*zero_partials=*/false, next, job)) forward_job(p, s, job);
+#endif
 #else
   const Job job = take_ticket(p, p.ws_sync, job_words);
   if (job.seq < 0) return;
@@ -886,7 +921,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
   m3_allow_next_kernel();
-#if M3_CP_PERSISTENT
+#if M3_CP_PERSISTENT_BACKWARD
   // The body below stays the text (and so the SASS) of the variants before v45, which run it once;
   // a device function of its own changed their register allocation.
   int next = persistent_first_ticket(p.ws_sync + 1);
@@ -894,6 +929,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   while (persistent_next_job(p, p.ws_sync + 1, job_words, /*zero_partials=*/true, next, job)) {
     if (job.seq < 0) {
       zero_partials_row(p, job);
+#if M3_CP_PERSISTENT == 2
+      draw_ticket(p.ws_sync + 1, next);
+#endif
       continue;
     }
     const int H = p.H, tid = threadIdx.x;
@@ -1093,6 +1131,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   backward_intra(p, sh, s, a, len);
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
   backward_token_epilogue(p, sh, s, a, len, qb, kb);
+#if M3_CP_PERSISTENT == 2
+  draw_ticket(p.ws_sync + 1, next);
+#endif
 #if M3_CP_EARLY_BIAS
   write_bias_partials(p, s, slot, qb, kb, 0.f, /*with_dd=*/false);
 #endif
@@ -1188,7 +1229,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   __syncthreads();
   write_bias_partials(p, s, slot, qb, kb, dd_share);
 #endif
-#if M3_CP_PERSISTENT
+#if M3_CP_PERSISTENT_BACKWARD
   }
 #endif
 }

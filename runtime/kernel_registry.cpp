@@ -59,7 +59,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v89", 32, 256}, OpConfig{"v90", 32, 256},
                                                 OpConfig{"v91", 32, 256}, OpConfig{"v92", 32, 256},
                                                 OpConfig{"v93", 32, 256}, OpConfig{"v94", 32, 256},
-                                                OpConfig{"v95", 32, 256}, OpConfig{"v96", 32, 256}};
+                                                OpConfig{"v95", 32, 256}, OpConfig{"v96", 32, 256},
+                                                OpConfig{"v97", 32, 256}, OpConfig{"v98", 32, 256},
+                                                OpConfig{"v99", 32, 256}, OpConfig{"v100", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -90,7 +92,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v82", "v81", "v8"}, {"v84", "v83", "v8"},
                               {"v86", "v85", "v8"}, {"v88", "v87", "v8"},
                               {"v90", "v89", "v8"}, {"v92", "v91", "v8"},
-                              {"v94", "v93", "v8"}, {"v96", "v95", "v8"}};
+                              {"v94", "v93", "v8"}, {"v96", "v95", "v8"},
+                              {"v98", "v97", "v8"}, {"v100", "v99", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -239,10 +242,12 @@ int seq_bucket(long long num_seqs) {
 // whose forward requests its q/k rows, biases and angles before the per-token scalar phases
 // (M3_CP_EARLY_LOADS), results bitwise v89's; v93: v91 whose forward requests its v, z and dout
 // rows there too (M3_CP_EARLY_LOADS=2), results bitwise v89's; v95: v93 whose backward does the
-// same (M3_CP_EARLY_LOADS=3), meant to be bitwise v89's; not yet run on the GPU.
+// same (M3_CP_EARLY_LOADS=3), results bitwise v89's; v97: v95 with persistent CTAs that draw the
+// next job's ticket late in the current job (M3_CP_PERSISTENT=2), results bitwise v89's; v99: the
+// same for the forward's CTAs only (M3_CP_PERSISTENT=3).
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94 and v96 have no kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98 and v100 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -292,6 +297,7 @@ struct VariantTraits {
   bool one_reduce_launch = false;   // v87
   bool fast_gate = false;           // v89
   int early_loads = 0;              // M3_CP_EARLY_LOADS: 1 (v91), 2 (v93), 3 (v95)
+  int late_tickets = 0;             // persistent CTAs drawing late: 2 both kernels (v97), 1 the forward's (v99)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -354,7 +360,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v89", "v87", &VariantTraits::fast_gate},
                                     {"v91", "v89", nullptr, nullptr, &VariantTraits::early_loads, 1},
                                     {"v93", "v91", nullptr, nullptr, &VariantTraits::early_loads, 2},
-                                    {"v95", "v93", nullptr, nullptr, &VariantTraits::early_loads, 3}};
+                                    {"v95", "v93", nullptr, nullptr, &VariantTraits::early_loads, 3},
+                                    {"v97", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 2},
+                                    {"v99", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 1}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -446,6 +454,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.programmatic_launch) src.options.push_back("-DM3_PDL=1");
   if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
   if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
+  if (tr.late_tickets) src.options.push_back(tr.late_tickets == 2 ? "-DM3_CP_PERSISTENT=2" : "-DM3_CP_PERSISTENT=3");
   if (tr.batched_reorder) src.options.push_back("-DM3_CP_BATCHED_REORDER=1");
   if (tr.fused_heads) src.options.push_back("-DM3_CP_FUSED_HEADS=1");
   if (tr.state_l2_prefetch) src.options.push_back("-DM3_CP_STATE_L2_PREFETCH=1");
@@ -471,7 +480,14 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
 
 bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_reductions; }
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
-bool uses_persistent_ctas(const OpConfig& c) { return kernel_traits(c).persistent; }
+bool uses_persistent_forward(const OpConfig& c) {
+  const VariantTraits tr = kernel_traits(c);
+  return tr.persistent || tr.late_tickets > 0;
+}
+bool uses_persistent_backward(const OpConfig& c) {
+  const VariantTraits tr = kernel_traits(c);
+  return tr.persistent || tr.late_tickets == 2;
+}
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
 bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
 bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_reduce_launch; }

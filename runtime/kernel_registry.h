@@ -14,7 +14,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v94";  // the fastest variant verified on the GPU
+  std::string variant = "v96";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -60,9 +60,10 @@ bool uses_wide_reductions(const OpConfig& config);
 // True for the variants (v39 on) whose chunk-parallel kernels after the first, and the reduce
 // kernels, are launched with programmatic stream serialization (M3_PDL in their sources).
 bool uses_programmatic_launch(const OpConfig& config);
-// True for the variants (v45 on) whose chunk-parallel forward and backward CTAs run job after job:
-// their grids hold only the CTAs that fit on the device at once.
-bool uses_persistent_ctas(const OpConfig& config);
+// True for the variants whose chunk-parallel forward (v45, v97, v99) or backward (v45, v97) CTAs
+// run job after job: those grids hold only the CTAs that fit on the device at once.
+bool uses_persistent_forward(const OpConfig& config);
+bool uses_persistent_backward(const OpConfig& config);
 // True for the variants (v49 on) whose backward sums dq and dk over the heads itself:
 // m3_reduce_heads is not launched for them.
 bool uses_fused_head_sums(const OpConfig& config);

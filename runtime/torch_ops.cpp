@@ -89,11 +89,9 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
-    if (uses_persistent_ctas(config)) {
-      const unsigned threads = static_cast<unsigned>(config.threads);
-      k.forward_ctas = k.cp_forward->resident_ctas(threads, k.forward_smem);
-      k.backward_ctas = k.cp_backward->resident_ctas(threads, k.backward_smem);
-    }
+    const unsigned threads = static_cast<unsigned>(config.threads);
+    if (uses_persistent_forward(config)) k.forward_ctas = k.cp_forward->resident_ctas(threads, k.forward_smem);
+    if (uses_persistent_backward(config)) k.backward_ctas = k.cp_backward->resident_ctas(threads, k.backward_smem);
   } else {
     k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
   }
@@ -306,12 +304,6 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     }
   }
   // The sixteen results, then the gradients of the initial states.
-  const auto finish_results = [&] {
-    std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
-                                       dq_bias, dk_bias, dangles, dd, dz};
-    results.insert(results.end(), state_grads.begin(), state_grads.end());
-    return results;
-  };
   p.T = static_cast<int>(T);
   p.S = static_cast<int>(S);
   p.H = static_cast<int>(H);
@@ -368,24 +360,28 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   lc.dynamic_smem = 0;
   const bool wide = uses_wide_reductions(run_config);
   const unsigned partial_blocks_y = wide ? static_cast<unsigned>((2 * N + 1 + 31) / 32) : 1;
+  const int64_t head_threads = wide ? T * N / 4 : T * N;
+  const unsigned head_blocks = static_cast<unsigned>((head_threads + threads - 1) / threads);
   if (kernels.reduce_all != nullptr) {
-    const int64_t head_threads = T * N / 4;
-    lc.grid[0] = static_cast<unsigned>(H) * partial_blocks_y + static_cast<unsigned>((head_threads + threads - 1) / threads);
+    // One grid: the partials' blocks first, then the head sums' (the variants with it are wide).
+    lc.grid[0] = static_cast<unsigned>(H) * partial_blocks_y + head_blocks;
     lc.grid[1] = 1;
     kernels.reduce_all->launch(lc, args);
-    return finish_results();
+  } else {
+    // The fused variants' backward has summed dq and dk over the heads already.
+    if (T > 0 && !uses_fused_head_sums(run_config)) {
+      lc.grid[0] = head_blocks;
+      lc.grid[1] = 1;
+      reduce_heads.launch(lc, args);
+    }
+    lc.grid[0] = static_cast<unsigned>(H);
+    lc.grid[1] = partial_blocks_y;
+    reduce_partials.launch(lc, args);
   }
-  // The fused variants' backward has summed dq and dk over the heads already.
-  if (T > 0 && !uses_fused_head_sums(run_config)) {
-    const int64_t head_threads = wide ? T * N / 4 : T * N;
-    lc.grid[0] = static_cast<unsigned>((head_threads + threads - 1) / threads);
-    lc.grid[1] = 1;
-    reduce_heads.launch(lc, args);
-  }
-  lc.grid[0] = static_cast<unsigned>(H);
-  lc.grid[1] = partial_blocks_y;
-  reduce_partials.launch(lc, args);
-  return finish_results();
+  std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
+                                     dq_bias, dk_bias, dangles, dd, dz};
+  results.insert(results.end(), state_grads.begin(), state_grads.end());
+  return results;
 }
 
 std::vector<at::Tensor> fwd_vjp(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& adt,

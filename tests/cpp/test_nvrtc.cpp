@@ -151,7 +151,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -181,15 +181,29 @@ TEST_CASE("only the variants launched early carry griddepcontrol, in the scan an
   CHECK_THROWS_AS(uses_programmatic_launch(parse_op_config("variant=v40")), std::invalid_argument);
 }
 
-TEST_CASE("only v45 on run persistent CTAs", "[registry]") {
+TEST_CASE("v45, v97 and v99 run persistent CTAs, each in its own kernels", "[registry]") {
   const OpConfig v43 = parse_op_config("variant=v43"), v45 = parse_op_config("variant=v45");
-  CHECK_FALSE(uses_persistent_ctas(v43));
-  CHECK(uses_persistent_ctas(v45));
+  CHECK_FALSE(uses_persistent_forward(v43));
+  CHECK_FALSE(uses_persistent_backward(v43));
+  CHECK(uses_persistent_forward(v45));
+  CHECK(uses_persistent_backward(v45));
   CHECK_FALSE(has_option(scan_source(v43, 8), "-DM3_CP_PERSISTENT=1"));
   CHECK(has_option(scan_source(v45, 8), "-DM3_CP_PERSISTENT=1"));
   CHECK(has_option(scan_source(v45, 8), "-DM3_CP_BATCHED_REORDER=1"));
   CHECK(has_option(scan_source(v45, 8), "-DM3_LDMATRIX=2"));
-  CHECK_THROWS_AS(uses_persistent_ctas(parse_op_config("variant=v46")), std::invalid_argument);
+  CHECK_THROWS_AS(uses_persistent_forward(parse_op_config("variant=v46")), std::invalid_argument);
+  // v97: both kernels, each job drawing its successor's ticket late; v99: the forward's only.
+  const OpConfig v95 = parse_op_config("variant=v95"), v97 = parse_op_config("variant=v97"),
+                 v99 = parse_op_config("variant=v99");
+  CHECK_FALSE(uses_persistent_forward(v95));
+  CHECK(uses_persistent_forward(v97));
+  CHECK(uses_persistent_backward(v97));
+  CHECK(uses_persistent_forward(v99));
+  CHECK_FALSE(uses_persistent_backward(v99));
+  CHECK(has_option(scan_source(v97, 8), "-DM3_CP_PERSISTENT=2"));
+  CHECK(has_option(scan_source(v99, 8), "-DM3_CP_PERSISTENT=3"));
+  CHECK(has_option(scan_source(v99, 8), "-DM3_CP_EARLY_LOADS=3"));
+  CHECK_THROWS_AS(uses_persistent_backward(parse_op_config("variant=v100")), std::invalid_argument);
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {

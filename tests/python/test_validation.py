@@ -127,7 +127,7 @@ def test_cu_seqlens_length_must_match_state_cotangents(case, reliability):
 
 def test_unknown_config_rejected(case, reliability):
     with pytest.raises(ValueError, match="config"):
-        mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config={"variant": "v99"})
+        mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config={"variant": "v9999"})
     reliability.record("bad_input", "unknown config variant")
 
 
