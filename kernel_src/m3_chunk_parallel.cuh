@@ -382,7 +382,8 @@ M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bo
 // behind the rest of the job, and a ticket waits only that long. The deadlock argument above holds
 // unchanged: a CTA holding a drawn ticket is busy with a smaller one. M3_CP_PERSISTENT=3 (v99):
 // the forward's CTAs only; the backward keeps a CTA per job (its loop's live values cost it
-// spill loads: 74 -> 87 LDL in v97's SASS).
+// spill loads: 74 -> 87 LDL in v97's SASS). Both measured slower than v95 on the larger cases
+// (run 68: backward +2 to +5%, v99's forward +0.5 to +2%).
 #define M3_CP_PERSISTENT_FORWARD (M3_CP_PERSISTENT != 0)
 #define M3_CP_PERSISTENT_BACKWARD (M3_CP_PERSISTENT == 1 || M3_CP_PERSISTENT == 2)
 #if M3_CP_PERSISTENT >= 2
