@@ -391,8 +391,10 @@ M3_DEV void draw_ticket(int* counter, int& next) {
   if (threadIdx.x == 0) next = atomicAdd(counter, 1);
 }
 #define M3_LATE_TICKET_PARAM , int *counter, int &next
+#define M3_LATE_TICKET_ARGS , p.ws_sync, next
 #else
 #define M3_LATE_TICKET_PARAM
+#define M3_LATE_TICKET_ARGS
 #endif
 
 // Data before flag: every thread's writes are made visible device-wide, then one thread raises
@@ -898,13 +900,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
 #if M3_CP_PERSISTENT_FORWARD
   int next = persistent_first_ticket(p.ws_sync);
   Job job;
-#if M3_CP_PERSISTENT >= 2
   while (persistent_next_job(p, p.ws_sync, job_words, /*zero_partials=*/false, next, job)) {
-    forward_job(p, s, job, p.ws_sync, next);
+    forward_job(p, s, job M3_LATE_TICKET_ARGS);
   }
-#else
-  while (persistent_next_job(p, p.ws_sync, job_words, /*zero_partials=*/false, next, job)) forward_job(p, s, job);
-#endif
 #else
   const Job job = take_ticket(p, p.ws_sync, job_words);
   if (job.seq < 0) return;
