@@ -55,6 +55,31 @@
 #if M3_CP_RICH_SCHEDULE && (!M3_CP_TRIMS || M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT == 1)
 #error "M3_CP_RICH_SCHEDULE builds on M3_CP_TRIMS's table, without head clusters or v45's persistent CTAs"
 #endif
+// M3_CP_OVERLAPPED_REDUCE (v101): the reduce kernel is launched programmatically and sums each
+// chunk's dq/dk partials as soon as that chunk's H backward CTAs have written them, instead of
+// after the whole backward grid (m3_reduce.cuh, M3_REDUCE_CHUNK_READY). The backward lets it
+// launch once every backward CTA has started (the start of the last wave: on c01 its tail is about
+// 35 us, in which SMs fall idle one by one, against 45 us of HBM-bound head sums after it), and
+// each backward CTA counts its chunk's heads done after the epilogue's stores, through a barrier
+// the tail has anyway. Unlike v39's programmatic launches, whose CTAs waited for the whole grid,
+// the reduce's CTAs have work as soon as they are resident.
+#ifndef M3_CP_OVERLAPPED_REDUCE
+#define M3_CP_OVERLAPPED_REDUCE 0
+#endif
+#if M3_CP_OVERLAPPED_REDUCE && (!M3_CP_TRIMS2 || !M3_CP_RICH_SCHEDULE || M3_CP_FUSED_HEADS || \
+                                M3_CP_HEAD_CLUSTERS || M3_CP_PERSISTENT == 1 || M3_CP_PERSISTENT == 2 || M3_PDL)
+#error "M3_CP_OVERLAPPED_REDUCE is wired into the one-job M3_CP_TRIMS2 backward with the rich schedule"
+#endif
+// M3_CP_DISCARD_DEAD (v103): a backward job drops from L2 the two 32 KB workspace states it has
+// read for the last time, the successor's state gradient and the forward's entering state, so that
+// their dirty lines are not written back to HBM (the gradients are written and read within one
+// job's time: 152 MB of write-backs on c01 that nothing reads).
+#ifndef M3_CP_DISCARD_DEAD
+#define M3_CP_DISCARD_DEAD 0
+#endif
+#if M3_CP_DISCARD_DEAD && (!M3_CP_OVERLAPPED_REDUCE || !M3_FRAG_DS || !M3_CP_GLOBAL_STATES)
+#error "M3_CP_DISCARD_DEAD is wired into v101's backward, whose gradients all come from the workspace"
+#endif
 // M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
 // Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
 // angle_cluster_size); rank z sums chunks z NW + warp, (z + Z) NW + warp, ..., so a sequence of up
@@ -86,7 +111,7 @@
 // Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
 // per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
 // not constexpr variables: those became device globals and moved every other global's address.
-enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH_SCHEDULE ? 8 : 2 };
+enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH_SCHEDULE ? kM3RichScheduleInts : 2 };
 #if M3_CP_FUSED_HEADS && !M3_CP_TRIMS2
 #error "M3_CP_FUSED_HEADS is wired into the M3_CP_TRIMS2 backward"
 #endif
@@ -453,10 +478,9 @@ M3_DEV int* tail_flags(const M3Params& p) {
   return p.ws_sync + 2 + 2 * static_cast<long long>(p.chunk_capacity) * p.H;
 }
 
-// Per chunk, how many of its H backward CTAs have written their dq/dk partials (M3_CP_FUSED_HEADS).
-M3_DEV int* heads_done(const M3Params& p) {
-  return p.ws_sync + 2 + 3 * static_cast<long long>(p.chunk_capacity) * p.H;
-}
+// Per chunk, how many of its H backward CTAs have written their dq/dk partials: by chunk index
+// (M3_CP_FUSED_HEADS), or by the ticket table's entry (M3_CP_OVERLAPPED_REDUCE).
+M3_DEV int* heads_done(const M3Params& p) { return p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H); }
 
 // M3_CP_FUSED_HEADS (v49): the last of a chunk's H backward CTAs to finish sums the chunk's dq/dk
 // partials over the heads while they are still in L2, in m3_reduce_heads' order (the same bits),
@@ -515,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     // the last tail flag): zeroed here, in the kernel that precedes them on the stream, they cost
     // the host no memset.
     const long long words = (tail_flags(p) - p.ws_sync) + static_cast<long long>(p.chunk_capacity) * H +
-                            (M3_CP_FUSED_HEADS ? p.chunk_capacity : 0);  // heads_done
+                            (M3_CP_FUSED_HEADS || M3_CP_OVERLAPPED_REDUCE ? p.chunk_capacity : 0);  // heads_done
     const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
@@ -920,6 +944,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
   m3_allow_next_kernel();
+#if M3_CP_OVERLAPPED_REDUCE
+  // Every CTA of the grid has started once all of them pass here: the reduce may take free slots.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #if M3_CP_PERSISTENT_BACKWARD
   // The body below stays the text (and so the SASS) of the variants before v45, which run it once;
   // a device function of its own changed their register allocation.
@@ -1163,6 +1191,22 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     bc.dp_first = __shfl_sync(0xffffffffu, extra, 3);
   }
   __syncthreads();
+#if M3_CP_OVERLAPPED_REDUCE
+  // The epilogue's dq/dk partial stores of every thread come before the barrier above; thread 0's
+  // release, cumulative over it as in publish, hands them to the reduce with the count. Counted
+  // by the ticket's table entry (job_words[3]), which the reduce's blocks are laid out by; the
+  // chunk index held in a register through the epilogue cost 16 bytes of spills.
+  if (tid == 0) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(heads_done(p) + job_words[3]) : "memory");
+  }
+#endif
+#if M3_CP_DISCARD_DEAD
+  // The update and backward_intra's products, before the barrier above, were the last reads of
+  // the successor's gradient (for the last chunk the final state's, in the spare slot after it)
+  // and of the forward's entering state: a 128-byte line of each per thread.
+  if (!last || p.dfinal_ssm) discard_l2_line(p.ws_dstates + (slot + H) * P * N + tid * 32);
+  if (j > 0) discard_l2_line(p.ws_states + slot * P * N + tid * 32);
+#endif
   float da_sum = 0.f;
 #pragma unroll
   for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];

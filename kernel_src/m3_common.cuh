@@ -46,6 +46,11 @@ M3_DEV m3_bf16 f2bf(float f) {
 // h = 0, 1, ..., packed to bf16: the fused backward's (M3_CP_FUSED_HEADS) copy of
 // m3_reduce_heads' wide sum, the same operations in the same order and so the same bits. (That
 // kernel keeps its own text: routed through here its SASS changed.)
+// Drops the 128-byte L2 line at `line` (128-byte aligned, global memory) without writing it back:
+// for workspace data nothing reads again, whose dirty lines would otherwise cost HBM write
+// bandwidth when evicted. Its contents become undefined.
+M3_DEV void discard_l2_line(const void* line) { asm volatile("discard.global.L2 [%0], 128;" ::"l"(line) : "memory"); }
+
 template <int QUADS>
 M3_DEV void sum_heads_x4(const float4* dqh, const float4* dkh, int H, m3_bf16* dq, m3_bf16* dk) {
   float4 aq = make_float4(0.f, 0.f, 0.f, 0.f), ak = aq;

@@ -49,7 +49,9 @@ struct M3Params {
   // workspace of the chunk-parallel variant (v10); unused by the walkers
   float* ws_dstates;  // [chunk capacity][H][P][N]: the gradient of the state entering each chunk
   float* ws_tail;     // [chunk capacity][H][A + 4]: the backward carries a chunk hands to the one before
-  int* ws_sync;       // 2 ticket counters, then 3 x [chunk capacity][H] ready flags; m3_cp_angles zeroes them in every call
+  // 2 ticket counters, then 3 x [chunk capacity][H] ready flags, then (M3_CP_FUSED_HEADS,
+  // M3_CP_OVERLAPPED_REDUCE) a heads-done count per chunk; m3_cp_angles zeroes them in every call.
+  int* ws_sync;
   int chunk_capacity; // T / chunk + S, at least the number of chunks of any cu_seqlens
   int partial_rows;   // rows of ws_partial that m3_reduce_partials sums
   // initial states and their gradients (variants built with M3_INITIAL_STATES; else unused)
@@ -79,6 +81,17 @@ struct M3Params {
   // loads instead of rebuilding (M3_CP_STORED_MIXING, v69); null for the other variants.
   float* ws_mixing;
 };
+
+// Where the heads-done counts start in ws_sync (ints): after the two ticket counters and the
+// forward, backward and tail flags. The backward counts into them and the overlapped reduce
+// (M3_REDUCE_CHUNK_READY) waits on them, so both take the offset from here.
+static constexpr long long m3_heads_done_offset(long long chunk_capacity, long long heads) {
+  return 2 + 3 * chunk_capacity * heads;
+}
+
+// Ints per entry of the M3_CP_RICH_SCHEDULE ticket table: {seq, round, start, 0}, {len,
+// chunk_base, 0, 0}, seq = -1 past the last (sequence, round) pair.
+enum : int { kM3RichScheduleInts = 8 };
 
 // Chunk-scan shared-memory layout, in floats. Rows are padded by `pad` words: 1 spreads both
 // row-wise and column-wise walks of consecutive threads over the banks (CUDA-core tiles); 4 does

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "m3_common.cuh"
+#include "m3_schedule.cuh"
 
 #if !defined(M3_N) || !defined(M3_THREADS)
 #error "m3_reduce.cuh needs M3_N and M3_THREADS"
@@ -37,6 +38,27 @@
 #endif
 #if M3_REDUCE_ONE_LAUNCH && (!M3_REDUCE_WIDE || M3_PDL || M3_REDUCE_HEAD_PARTS)
 #error "M3_REDUCE_ONE_LAUNCH joins the wide reduce kernels, without PDL or head parts"
+#endif
+// M3_REDUCE_CHUNK_READY (v101): m3_reduce_all launched programmatically while the backward's last
+// wave runs (M3_CP_OVERLAPPED_REDUCE). Its head-sum blocks come first, in the backward's ticket
+// order (the order in which chunks finish), C / 8 blocks per entry of the ticket table; each waits
+// for that entry's heads-done count to reach H and reads the partials through L2. The partials'
+// sums need every chunk's row and wait for the whole backward grid (griddepcontrol.wait). Each
+// output is summed as m3_reduce_heads sums it: the same bits.
+#ifndef M3_REDUCE_CHUNK_READY
+#define M3_REDUCE_CHUNK_READY 0
+#endif
+#if M3_REDUCE_CHUNK_READY && (!M3_REDUCE_ONE_LAUNCH || !defined(M3_CHUNK))
+#error "M3_REDUCE_CHUNK_READY reorders m3_reduce_all and needs M3_CHUNK"
+#endif
+// M3_REDUCE_DISCARD (v105): the head-sum blocks drop the partials they have summed from L2 (one
+// block's tokens are a contiguous run of rows), so that those still dirty there are not written
+// back to HBM.
+#ifndef M3_REDUCE_DISCARD
+#define M3_REDUCE_DISCARD 0
+#endif
+#if M3_REDUCE_DISCARD && !M3_REDUCE_CHUNK_READY
+#error "M3_REDUCE_DISCARD is wired into the chunk-ready reduce"
 #endif
 
 #if M3_REDUCE_WIDE
@@ -106,7 +128,65 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   reduce_partials_block(p, blockIdx.x, blockIdx.y);
 }
 
-#if M3_REDUCE_ONE_LAUNCH
+#if M3_REDUCE_CHUNK_READY
+// The dq/dk head sums of the tokens of one chunk that block `block` covers, once the backward's H
+// CTAs of that chunk have counted their partials in.
+M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
+  constexpr int QUADS = M3_N / 4, TOKENS = M3_THREADS / QUADS, BLOCKS_PER_CHUNK = M3_CHUNK / TOKENS;
+  static_assert(TOKENS * QUADS == M3_THREADS && BLOCKS_PER_CHUNK * TOKENS == M3_CHUNK, "whole tokens per block");
+  const long long q = block / BLOCKS_PER_CHUNK;
+  const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kM3RichScheduleInts * q);
+  const int4 first = entry[0], second = entry[1];
+  const int seq = first.x, round = first.y, start = first.z, len = second.x;
+  if (seq < 0) return;  // past the last chunk: the same for every thread of the block
+  const int j = (len + M3_CHUNK - 1) / M3_CHUNK - 1 - round;
+  if (threadIdx.x == 0) {
+    const int* count = p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H) + q;  // by ticket entry
+    for (;;) {
+      int done;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
+      if (done >= p.H) break;
+      __nanosleep(256);
+    }
+  }
+  __syncthreads();
+  const int token0 = static_cast<int>(block % BLOCKS_PER_CHUNK) * TOKENS;  // the block's first token
+  const int t_local = token0 + static_cast<int>(threadIdx.x) / QUADS;
+  const long long row = static_cast<long long>(p.H) * M3_N;
+  if (j * M3_CHUNK + t_local < len) {
+    const long long t = start + j * M3_CHUNK + t_local;
+    const int n = 4 * (static_cast<int>(threadIdx.x) % QUADS);
+    sum_heads_x4<QUADS>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
+                        reinterpret_cast<const float4*>(p.ws_dkh + t * row + n), p.H, p.dq + t * M3_N + n,
+                        p.dk + t * M3_N + n);
+  }
+#if M3_REDUCE_DISCARD
+  __syncthreads();  // every thread's partials read
+  const int tokens = min(TOKENS, len - j * M3_CHUNK - token0);
+  if (tokens <= 0) return;
+  const long long t0 = start + j * M3_CHUNK + token0;
+  const long long lines = tokens * row / 32;  // 128-byte lines of each of dqh and dkh
+  for (long long i = threadIdx.x; i < lines; i += M3_THREADS) {
+    discard_l2_line(p.ws_dqh + t0 * row + 32 * i);
+    discard_l2_line(p.ws_dkh + t0 * row + 32 * i);
+  }
+#endif
+}
+
+// Grid: chunk_capacity * C / 8 head-sum blocks, then H * ceil((2N + 1) / 32) partials blocks.
+extern "C" __global__ void __launch_bounds__(M3_THREADS)
+    m3_reduce_all(const M3Params p) {
+  constexpr int BLOCKS_PER_CHUNK = M3_CHUNK * (M3_N / 4) / M3_THREADS;
+  const unsigned head_blocks = static_cast<unsigned>(p.chunk_capacity) * BLOCKS_PER_CHUNK;
+  if (blockIdx.x < head_blocks) {
+    reduce_ready_chunk_block(p, blockIdx.x);
+  } else {
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // every chunk's partials row
+    const unsigned b = blockIdx.x - head_blocks;
+    reduce_partials_block(p, static_cast<int>(b % p.H), static_cast<int>(b / p.H));
+  }
+}
+#elif M3_REDUCE_ONE_LAUNCH
 // Both sums in one grid, the H * ceil((2N + 1) / 32) partials blocks first (each walks every
 // chunk's row, the longer blocks), then the T * N / 4 threads of the head sums: the two read
 // disjoint partials and write disjoint results, and one launch less saves its gap and the

@@ -61,7 +61,10 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v93", 32, 256}, OpConfig{"v94", 32, 256},
                                                 OpConfig{"v95", 32, 256}, OpConfig{"v96", 32, 256},
                                                 OpConfig{"v97", 32, 256}, OpConfig{"v98", 32, 256},
-                                                OpConfig{"v99", 32, 256}, OpConfig{"v100", 32, 256}};
+                                                OpConfig{"v99", 32, 256}, OpConfig{"v100", 32, 256},
+                                                OpConfig{"v101", 32, 256}, OpConfig{"v102", 32, 256},
+                                                OpConfig{"v103", 32, 256}, OpConfig{"v104", 32, 256},
+                                                OpConfig{"v105", 32, 256}, OpConfig{"v106", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -93,7 +96,9 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v86", "v85", "v8"}, {"v88", "v87", "v8"},
                               {"v90", "v89", "v8"}, {"v92", "v91", "v8"},
                               {"v94", "v93", "v8"}, {"v96", "v95", "v8"},
-                              {"v98", "v97", "v8"}, {"v100", "v99", "v8"}};
+                              {"v98", "v97", "v8"}, {"v100", "v99", "v8"},
+                              {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
+                              {"v106", "v105", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -244,10 +249,16 @@ int seq_bucket(long long num_seqs) {
 // rows there too (M3_CP_EARLY_LOADS=2), results bitwise v89's; v95: v93 whose backward does the
 // same (M3_CP_EARLY_LOADS=3), results bitwise v89's; v97: v95 with persistent CTAs that draw the
 // next job's ticket late in the current job (M3_CP_PERSISTENT=2), results bitwise v89's; v99: the
-// same for the forward's CTAs only (M3_CP_PERSISTENT=3).
+// same for the forward's CTAs only (M3_CP_PERSISTENT=3); v101: v95 whose reduce kernel runs
+// beside the backward's last wave, each chunk's head sums once its H CTAs have counted in
+// (M3_CP_OVERLAPPED_REDUCE, M3_REDUCE_CHUNK_READY), results bitwise v89's; v103: v101 whose
+// backward drops the two workspace states it has read for the last time from L2 without a
+// write-back (M3_CP_DISCARD_DEAD); v105: v103 whose reduce does the same with the summed partials
+// (M3_REDUCE_DISCARD); both bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98 and v100 have no kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104 and v106 have no kernels of their own
+// (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -298,6 +309,9 @@ struct VariantTraits {
   bool fast_gate = false;           // v89
   int early_loads = 0;              // M3_CP_EARLY_LOADS: 1 (v91), 2 (v93), 3 (v95)
   int late_tickets = 0;             // persistent CTAs drawing late: 2 both kernels (v97), 1 the forward's (v99)
+  bool overlapped_reduce = false;  // v101
+  bool discard_dead = false;       // v103
+  bool reduce_discard = false;     // v105
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -362,7 +376,10 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v93", "v91", nullptr, nullptr, &VariantTraits::early_loads, 2},
                                     {"v95", "v93", nullptr, nullptr, &VariantTraits::early_loads, 3},
                                     {"v97", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 2},
-                                    {"v99", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 1}};
+                                    {"v99", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 1},
+                                    {"v101", "v95", &VariantTraits::overlapped_reduce},
+                                    {"v103", "v101", &VariantTraits::discard_dead},
+                                    {"v105", "v103", &VariantTraits::reduce_discard}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -474,6 +491,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.token_lane_angles) src.options.push_back("-DM3_CP_TOKEN_LANE_ANGLES=1");
   if (tr.fast_gate) src.options.push_back("-DM3_FAST_GATE=1");
   if (tr.early_loads) src.options.push_back("-DM3_CP_EARLY_LOADS=" + std::to_string(tr.early_loads));
+  if (tr.overlapped_reduce) src.options.push_back("-DM3_CP_OVERLAPPED_REDUCE=1");
+  if (tr.discard_dead) src.options.push_back("-DM3_CP_DISCARD_DEAD=1");
   src.arch = arch;
   return src;
 }
@@ -491,6 +510,7 @@ bool uses_persistent_backward(const OpConfig& c) {
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
 bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
 bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_reduce_launch; }
+bool overlaps_reduce(const OpConfig& c) { return kernel_traits(c).overlapped_reduce; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;
@@ -514,10 +534,12 @@ unsigned angle_cluster_size(const OpConfig& c, int64_t longest_sequence) {
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   const VariantTraits tr = kernel_traits(c);
   const bool wide = tr.wide_reductions, pdl = tr.programmatic_launch, parts = tr.head_clusters;
-  const bool one = tr.one_reduce_launch;
+  const bool one = tr.one_reduce_launch, ready = tr.overlapped_reduce, discard = tr.reduce_discard;
   KernelSource src;
   src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
-             (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") + "]";
+             (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") +
+             (ready ? ",chunk_ready,C=" + std::to_string(c.chunk) : std::string()) + (discard ? ",discard" : "") +
+             "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
@@ -525,6 +547,11 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   if (pdl) src.options.push_back("-DM3_PDL=1");
   if (parts) src.options.push_back("-DM3_REDUCE_HEAD_PARTS=1");
   if (one) src.options.push_back("-DM3_REDUCE_ONE_LAUNCH=1");
+  if (ready) {
+    src.options.push_back("-DM3_REDUCE_CHUNK_READY=1");
+    src.options.push_back("-DM3_CHUNK=" + std::to_string(c.chunk));
+  }
+  if (discard) src.options.push_back("-DM3_REDUCE_DISCARD=1");
   src.arch = arch;
   return src;
 }

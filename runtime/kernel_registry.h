@@ -73,6 +73,10 @@ bool stores_mixing(const OpConfig& config);
 // True for the variants (v87 on) whose head sums and partials' sums run as one kernel,
 // m3_reduce_all: a grid of H * ceil((2N + 1) / 32) partials blocks, then T * N / 4 head-sum threads.
 bool uses_one_reduce_launch(const OpConfig& config);
+// True for the variant (v101) whose m3_reduce_all is launched programmatically beside the
+// backward's last wave: a grid of chunk_capacity * C * N / 4 / threads head-sum blocks in ticket
+// order, each waiting for its chunk's heads, then the H * ceil((2N + 1) / 32) partials blocks.
+bool overlaps_reduce(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

@@ -362,7 +362,15 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const unsigned partial_blocks_y = wide ? static_cast<unsigned>((2 * N + 1 + 31) / 32) : 1;
   const int64_t head_threads = wide ? T * N / 4 : T * N;
   const unsigned head_blocks = static_cast<unsigned>((head_threads + threads - 1) / threads);
-  if (kernels.reduce_all != nullptr) {
+  if (kernels.reduce_all != nullptr && overlaps_reduce(run_config)) {
+    // Launched while the backward's last wave runs: the head sums of each chunk in ticket order,
+    // waiting for its heads, then the partials' blocks, waiting for the whole backward.
+    const int64_t chunk_blocks = wl.total_chunks * run_config.chunk * (N / 4) / threads;
+    lc.grid[0] = static_cast<unsigned>(chunk_blocks) + static_cast<unsigned>(H) * partial_blocks_y;
+    lc.grid[1] = 1;
+    lc.programmatic = true;
+    kernels.reduce_all->launch(lc, args);
+  } else if (kernels.reduce_all != nullptr) {
     // One grid: the partials' blocks first, then the head sums' (the variants with it are wide).
     lc.grid[0] = static_cast<unsigned>(H) * partial_blocks_y + head_blocks;
     lc.grid[1] = 1;

@@ -151,7 +151,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -204,6 +204,31 @@ TEST_CASE("v45, v97 and v99 run persistent CTAs, each in its own kernels", "[reg
   CHECK(has_option(scan_source(v99, 8), "-DM3_CP_PERSISTENT=3"));
   CHECK(has_option(scan_source(v99, 8), "-DM3_CP_EARLY_LOADS=3"));
   CHECK_THROWS_AS(uses_persistent_backward(parse_op_config("variant=v100")), std::invalid_argument);
+}
+
+TEST_CASE("v101 on overlap their reduce with the backward, from reduce specialisations of their own", "[registry]") {
+  const OpConfig v95 = parse_op_config("variant=v95"), v101 = parse_op_config("variant=v101");
+  CHECK_FALSE(overlaps_reduce(v95));
+  CHECK(overlaps_reduce(v101));
+  CHECK(uses_one_reduce_launch(v101));
+  CHECK_FALSE(uses_programmatic_launch(v101));  // only the reduce launch is programmatic
+  CHECK(has_option(scan_source(v101, 8), "-DM3_CP_OVERLAPPED_REDUCE=1"));
+  CHECK(has_option(scan_source(v101, 8), "-DM3_CP_EARLY_LOADS=3"));
+  CHECK_FALSE(has_option(scan_source(v95, 8), "-DM3_CP_OVERLAPPED_REDUCE=1"));
+  CHECK(has_option(reduce_source(v101), "-DM3_REDUCE_CHUNK_READY=1"));
+  CHECK(has_option(reduce_source(v101), "-DM3_CHUNK=32"));
+  CHECK_FALSE(has_option(reduce_source(v95), "-DM3_REDUCE_CHUNK_READY=1"));
+  CHECK(reduce_source(v101).name != reduce_source(v95).name);
+  CHECK_THROWS_AS(overlaps_reduce(parse_op_config("variant=v102")), std::invalid_argument);
+  // v103 drops the backward's dead states from L2, v105 the reduce's summed partials as well.
+  const OpConfig v103 = parse_op_config("variant=v103"), v105 = parse_op_config("variant=v105");
+  CHECK(overlaps_reduce(v103));
+  CHECK(has_option(scan_source(v103, 8), "-DM3_CP_DISCARD_DEAD=1"));
+  CHECK_FALSE(has_option(scan_source(v101, 8), "-DM3_CP_DISCARD_DEAD=1"));
+  CHECK(reduce_source(v103).name == reduce_source(v101).name);
+  CHECK(has_option(reduce_source(v105), "-DM3_REDUCE_DISCARD=1"));
+  CHECK_FALSE(has_option(reduce_source(v103), "-DM3_REDUCE_DISCARD=1"));
+  CHECK(reduce_source(v105).name != reduce_source(v103).name);
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {

@@ -165,6 +165,15 @@ def test_bench_flop_model():
     assert bench.model_flops([0, 64, 64], H=32) == 2 * 32 * full
 
 
+def test_bench_busy_span_counts_overlapping_kernels_once():
+    from tools import bench
+
+    assert bench._busy_us([]) == 0.0
+    assert bench._busy_us([(0.0, 10.0), (20.0, 25.0)]) == 15.0
+    # a kernel launched beside its predecessor's tail, and one nested inside another
+    assert bench._busy_us([(5.0, 30.0), (0.0, 10.0), (12.0, 14.0), (29.0, 40.0)]) == 40.0
+
+
 def test_bench_runs_on_cpu(panel, tmp_path, capsys):
     from tools import bench
 
