@@ -80,6 +80,18 @@
 #if M3_CP_DISCARD_DEAD && (!M3_CP_OVERLAPPED_REDUCE || !M3_FRAG_DS || !M3_CP_GLOBAL_STATES)
 #error "M3_CP_DISCARD_DEAD is wired into v101's backward, whose gradients all come from the workspace"
 #endif
+// M3_CP_INLINE_HEAD_SUMS=K (v107): a backward job ends by summing over the heads the dq/dk
+// partials of chunk j + K of its sequence, which finished K rounds earlier and whose lines are
+// still in L2: its head h takes tokens h, h + H, ... of that chunk, in m3_reduce_heads' order, and
+// then drops the summed lines from L2 (no HBM write-back, no HBM read by the reduce: 2 x 152 MB on
+// c01). The reduce kernel sums only the first K chunks of each sequence (M3_REDUCE_INLINE_AHEAD).
+// Heads are then counted by chunk index, which a job can name for the chunk K ahead.
+#ifndef M3_CP_INLINE_HEAD_SUMS
+#define M3_CP_INLINE_HEAD_SUMS 0
+#endif
+#if M3_CP_INLINE_HEAD_SUMS && (!M3_CP_DISCARD_DEAD || !M3_CP_RICH_SCHEDULE)
+#error "M3_CP_INLINE_HEAD_SUMS is wired into v103's backward"
+#endif
 // M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
 // Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
 // angle_cluster_size); rank z sums chunks z NW + warp, (z + Z) NW + warp, ..., so a sequence of up
@@ -507,6 +519,51 @@ M3_DEV void reduce_heads_of_chunk(const M3Params& p, long long chunk, long long 
                         p.dk + t * N + n);
   }
 }
+
+#if M3_CP_INLINE_HEAD_SUMS
+// The head sums of chunk j + M3_CP_INLINE_HEAD_SUMS of this job's sequence: this head's share of
+// its tokens, once its H CTAs have counted in. Everything comes from the ticket's words in shared
+// memory, so nothing stays live in registers through the job for it. Then its lines leave L2.
+M3_DEV void sum_heads_ahead(const M3Params& p, const int* job_words) {
+  static_assert(NT == 2 * N, "a thread per column of dq and of dk");
+  const int round = job_words[1], h = job_words[2], start = job_words[4], len = job_words[5];
+  const int chunks = (len + C - 1) / C;
+  const int target = chunks - 1 - round + M3_CP_INLINE_HEAD_SUMS;
+  if (target >= chunks) return;  // the reduce kernel sums the sequence's first chunks
+  const int tokens = min(C, len - target * C);
+  if (h >= tokens) return;  // more heads than tokens: nothing for this one
+  const int H = p.H;
+  if (threadIdx.x == 0) {
+    const int* count = heads_done(p) + job_words[6] + target;
+    for (;;) {
+      int done;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
+      if (done >= H) break;
+      __nanosleep(128);
+    }
+  }
+  __syncthreads();
+  const int c = threadIdx.x % N;
+  const bool is_k = threadIdx.x >= N;
+  const float* rows = is_k ? p.ws_dkh : p.ws_dqh;
+  m3_bf16* out = is_k ? p.dk : p.dq;
+  const long long first = start + static_cast<long long>(target) * C;
+  for (int t = h; t < tokens; t += H) {
+    const float* row = rows + (first + t) * H * N + c;
+    float acc = 0.f;  // m3_reduce_heads' order: 0 + head 0 + head 1 + ...
+#pragma unroll 8
+    for (int hh = 0; hh < H; ++hh) acc += __ldcg(row + hh * N);
+    out[(first + t) * N + c] = f2bf(acc);
+  }
+  __syncthreads();  // every column read
+  const int lines = H * N / 32;  // 128-byte lines of one token's partials, per tensor
+  for (int t = h; t < tokens; t += H) {
+    for (int i = threadIdx.x; i < 2 * lines; i += NT) {
+      discard_l2_line((i < lines ? p.ws_dqh : p.ws_dkh) + (first + t) * H * N + 32 * (i % lines));
+    }
+  }
+}
+#endif
 
 M3_DEV double wrap_angle_double(double x) {
   const double two_pi = 6.283185307179586476925286766559;
@@ -1197,7 +1254,13 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // by the ticket's table entry (job_words[3]), which the reduce's blocks are laid out by; the
   // chunk index held in a register through the epilogue cost 16 bytes of spills.
   if (tid == 0) {
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(heads_done(p) + job_words[3]) : "memory");
+#if M3_CP_INLINE_HEAD_SUMS
+    const int* w = job_words;  // by chunk index: chunk_base + j, j from the ticket's round
+    const int counted = w[6] + (w[5] + C - 1) / C - 1 - w[1];
+#else
+    const int counted = job_words[3];
+#endif
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(heads_done(p) + counted) : "memory");
   }
 #endif
 #if M3_CP_DISCARD_DEAD
@@ -1241,6 +1304,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
 #if M3_CP_FUSED_HEADS
   reduce_heads_of_chunk(p, g, sh.start + a, len);
+#endif
+#if M3_CP_INLINE_HEAD_SUMS
+  sum_heads_ahead(p, job_words);
 #endif
 #else
   float* carries = s.red;  // free between block sums; holds A + 4 words

@@ -60,6 +60,15 @@
 #if M3_REDUCE_DISCARD && !M3_REDUCE_CHUNK_READY
 #error "M3_REDUCE_DISCARD is wired into the chunk-ready reduce"
 #endif
+// M3_REDUCE_INLINE_AHEAD=K (v107): the backward has summed every chunk but the first K of each
+// sequence (M3_CP_INLINE_HEAD_SUMS) and counts heads by chunk index; the head-sum blocks take the
+// rest.
+#ifndef M3_REDUCE_INLINE_AHEAD
+#define M3_REDUCE_INLINE_AHEAD 0
+#endif
+#if M3_REDUCE_INLINE_AHEAD && (!M3_REDUCE_CHUNK_READY || M3_REDUCE_DISCARD)
+#error "M3_REDUCE_INLINE_AHEAD is wired into the chunk-ready reduce without its discards"
+#endif
 
 #if M3_REDUCE_WIDE
 // Block `block` of the head sums: T * N / 4 threads in all.
@@ -140,8 +149,14 @@ M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
   const int seq = first.x, round = first.y, start = first.z, len = second.x;
   if (seq < 0) return;  // past the last chunk: the same for every thread of the block
   const int j = (len + M3_CHUNK - 1) / M3_CHUNK - 1 - round;
+#if M3_REDUCE_INLINE_AHEAD
+  if (j >= M3_REDUCE_INLINE_AHEAD) return;  // summed by the backward
+  const long long counted = second.y + j;    // by chunk index
+#else
+  const long long counted = q;  // by ticket entry
+#endif
   if (threadIdx.x == 0) {
-    const int* count = p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H) + q;  // by ticket entry
+    const int* count = p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H) + counted;
     for (;;) {
       int done;
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");

@@ -64,7 +64,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v99", 32, 256}, OpConfig{"v100", 32, 256},
                                                 OpConfig{"v101", 32, 256}, OpConfig{"v102", 32, 256},
                                                 OpConfig{"v103", 32, 256}, OpConfig{"v104", 32, 256},
-                                                OpConfig{"v105", 32, 256}, OpConfig{"v106", 32, 256}};
+                                                OpConfig{"v105", 32, 256}, OpConfig{"v106", 32, 256},
+                                                OpConfig{"v107", 32, 256}, OpConfig{"v108", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -98,7 +99,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v94", "v93", "v8"}, {"v96", "v95", "v8"},
                               {"v98", "v97", "v8"}, {"v100", "v99", "v8"},
                               {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
-                              {"v106", "v105", "v8"}};
+                              {"v106", "v105", "v8"}, {"v108", "v107", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -254,10 +255,13 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_OVERLAPPED_REDUCE, M3_REDUCE_CHUNK_READY), results bitwise v89's; v103: v101 whose
 // backward drops the two workspace states it has read for the last time from L2 without a
 // write-back (M3_CP_DISCARD_DEAD); v105: v103 whose reduce does the same with the summed partials
-// (M3_REDUCE_DISCARD); both bitwise v89's.
+// (M3_REDUCE_DISCARD); both bitwise v89's; v107: v103 whose backward jobs each sum a share of the
+// dq/dk partials of the chunk three ahead in their sequence while they are in L2, then drop them
+// (M3_CP_INLINE_HEAD_SUMS=3), the reduce only the first three chunks of each sequence
+// (M3_REDUCE_INLINE_AHEAD=3), results bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104 and v106 have no kernels of their own
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106 and v108 have no kernels of their own
 // (kDispatch).
 struct VariantTraits {
   bool mma;
@@ -312,6 +316,7 @@ struct VariantTraits {
   bool overlapped_reduce = false;  // v101
   bool discard_dead = false;       // v103
   bool reduce_discard = false;     // v105
+  int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -379,7 +384,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v99", "v95", nullptr, nullptr, &VariantTraits::late_tickets, 1},
                                     {"v101", "v95", &VariantTraits::overlapped_reduce},
                                     {"v103", "v101", &VariantTraits::discard_dead},
-                                    {"v105", "v103", &VariantTraits::reduce_discard}};
+                                    {"v105", "v103", &VariantTraits::reduce_discard},
+                                    {"v107", "v103", nullptr, nullptr, &VariantTraits::inline_head_sums, 3}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -493,6 +499,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.early_loads) src.options.push_back("-DM3_CP_EARLY_LOADS=" + std::to_string(tr.early_loads));
   if (tr.overlapped_reduce) src.options.push_back("-DM3_CP_OVERLAPPED_REDUCE=1");
   if (tr.discard_dead) src.options.push_back("-DM3_CP_DISCARD_DEAD=1");
+  if (tr.inline_head_sums) src.options.push_back("-DM3_CP_INLINE_HEAD_SUMS=" + std::to_string(tr.inline_head_sums));
   src.arch = arch;
   return src;
 }
@@ -539,7 +546,7 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
              (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") +
              (ready ? ",chunk_ready,C=" + std::to_string(c.chunk) : std::string()) + (discard ? ",discard" : "") +
-             "]";
+             (tr.inline_head_sums ? ",ahead=" + std::to_string(tr.inline_head_sums) : std::string()) + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
@@ -552,6 +559,7 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
     src.options.push_back("-DM3_CHUNK=" + std::to_string(c.chunk));
   }
   if (discard) src.options.push_back("-DM3_REDUCE_DISCARD=1");
+  if (tr.inline_head_sums) src.options.push_back("-DM3_REDUCE_INLINE_AHEAD=" + std::to_string(tr.inline_head_sums));
   src.arch = arch;
   return src;
 }
