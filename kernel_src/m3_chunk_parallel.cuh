@@ -533,15 +533,7 @@ M3_DEV void sum_heads_ahead(const M3Params& p, const int* job_words) {
   const int tokens = min(C, len - target * C);
   if (h >= tokens) return;  // more heads than tokens: nothing for this one
   const int H = p.H;
-  if (threadIdx.x == 0) {
-    const int* count = heads_done(p) + job_words[6] + target;
-    for (;;) {
-      int done;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
-      if (done >= H) break;
-      __nanosleep(128);
-    }
-  }
+  if (threadIdx.x == 0) m3_wait_for_count<128>(heads_done(p) + job_words[6] + target, H);
   __syncthreads();
   const int c = threadIdx.x % N;
   const bool is_k = threadIdx.x >= N;

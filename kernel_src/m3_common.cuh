@@ -46,6 +46,18 @@ M3_DEV m3_bf16 f2bf(float f) {
 // h = 0, 1, ..., packed to bf16: the fused backward's (M3_CP_FUSED_HEADS) copy of
 // m3_reduce_heads' wide sum, the same operations in the same order and so the same bits. (That
 // kernel keeps its own text: routed through here its SASS changed.)
+// Returns once *count >= n, read with acquire semantics, polling every kSleepNs nanoseconds. One
+// thread waits; the block's barrier after it holds the others back.
+template <unsigned kSleepNs>
+M3_DEV void m3_wait_for_count(const int* count, int n) {
+  for (;;) {
+    int done;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
+    if (done >= n) break;
+    __nanosleep(kSleepNs);
+  }
+}
+
 // Drops the 128-byte L2 line at `line` (128-byte aligned, global memory) without writing it back:
 // for workspace data nothing reads again, whose dirty lines would otherwise cost HBM write
 // bandwidth when evicted. Its contents become undefined.

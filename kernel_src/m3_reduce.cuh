@@ -155,15 +155,7 @@ M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
 #else
   const long long counted = q;  // by ticket entry
 #endif
-  if (threadIdx.x == 0) {
-    const int* count = p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H) + counted;
-    for (;;) {
-      int done;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(count) : "memory");
-      if (done >= p.H) break;
-      __nanosleep(256);
-    }
-  }
+  if (threadIdx.x == 0) m3_wait_for_count<256>(p.ws_sync + m3_heads_done_offset(p.chunk_capacity, p.H) + counted, p.H);
   __syncthreads();
   const int token0 = static_cast<int>(block % BLOCKS_PER_CHUNK) * TOKENS;  // the block's first token
   const int t_local = token0 + static_cast<int>(threadIdx.x) / QUADS;
