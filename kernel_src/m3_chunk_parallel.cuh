@@ -92,6 +92,19 @@
 #if M3_CP_INLINE_HEAD_SUMS && (!M3_CP_DISCARD_DEAD || !M3_CP_RICH_SCHEDULE)
 #error "M3_CP_INLINE_HEAD_SUMS is wired into v103's backward"
 #endif
+// M3_CP_OVERLAPPED_BACKWARD (v109): the backward is launched programmatically too. The forward
+// lets it launch once every forward CTA has started, and a backward job reads its entering state
+// only after the forward's flag for it (its first round needs the forward's second-to-last round
+// of chunks, not the last one): on c00 the forward's last round (the longest sequence's last
+// chunk) and the backward's first can run together. Every backward CTA ends with
+// griddepcontrol.wait, so that the backward grid, and the reduce behind it, cannot complete before
+// the forward has: later work on the stream sees all of the forward's results.
+#ifndef M3_CP_OVERLAPPED_BACKWARD
+#define M3_CP_OVERLAPPED_BACKWARD 0
+#endif
+#if M3_CP_OVERLAPPED_BACKWARD && (!M3_CP_DISCARD_DEAD || M3_CP_INLINE_HEAD_SUMS)
+#error "M3_CP_OVERLAPPED_BACKWARD is wired into v103's backward"
+#endif
 // M3_CP_CLUSTER_ANGLES (v81): the angle kernel's CTA of a (sequence, head) becomes a cluster of
 // Z CTAs along x (gridDim.x = Z H; the launch picks Z from the longest sequence,
 // angle_cluster_size); rank z sums chunks z NW + warp, (z + Z) NW + warp, ..., so a sequence of up
@@ -970,6 +983,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
 #endif
   m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
   m3_allow_next_kernel();
+#if M3_CP_OVERLAPPED_BACKWARD
+  // Every forward CTA has started once all of them pass here: the backward may take free slots.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #if M3_CP_PERSISTENT_FORWARD
   int next = persistent_first_ticket(p.ws_sync);
   Job job;
@@ -1025,6 +1042,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const int H = p.H, tid = threadIdx.x;
   if (job.seq < 0) {
     zero_partials_row(p, job);
+#if M3_CP_OVERLAPPED_BACKWARD
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // not done before the forward is
+#endif
     return;
   }
 #endif
@@ -1064,6 +1084,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // The gradient of the state leaving the chunk, then at once that of the state entering it.
 #if M3_CP_GLOBAL_STATES
   s.gst = j == 0 ? nullptr : p.ws_states + slot * P * N;
+#if M3_CP_OVERLAPPED_BACKWARD
+  if (j > 0) wait_for(forward_flags(p) + slot - H);  // the forward may still be running
+#endif
   if (last) {
 #if M3_FRAG_DS
     // m3_cp_angles left the final state's gradient there, in fragment order.
@@ -1104,7 +1127,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if !M3_FRAG_ST
 #pragma unroll
       for (int jj = 0; jj < StateTile::NTL; ++jj) {
-        st[h][jj] = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + upd.n0 + 8 * jj + 2 * upd.t))
+        st[h][jj] = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + upd.n0 + 8 * jj + 2 * upd.t))
                           : make_float2(0.f, 0.f);
       }
 #endif
@@ -1140,7 +1163,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   upd.for_each_pair([&](int r, int c, float& acc0, float& acc1) {
     const float2 zero = make_float2(0.f, 0.f);
     const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
-    const float2 st = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
+    const float2 st = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
     part = fmaf(old.x, st.x, part);
     part = fmaf(old.y, st.y, part);
     acc0 = alpha * old.x + acc0;
@@ -1155,7 +1178,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
     const float2 zero = make_float2(0.f, 0.f);
     const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
-    const float2 st = s.gst ? __ldg(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
+    const float2 st = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
     part = fmaf(old.x, st.x, part);
     part = fmaf(old.y, st.y, part);
     if (j > 0) *reinterpret_cast<float2*>(out + r * N + c) = make_float2(alpha * old.x + acc0, alpha * old.y + acc1);
@@ -1260,7 +1283,18 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // the successor's gradient (for the last chunk the final state's, in the spare slot after it)
   // and of the forward's entering state: a 128-byte line of each per thread.
   if (!last || p.dfinal_ssm) discard_l2_line(p.ws_dstates + (slot + H) * P * N + tid * 32);
+#if M3_CP_OVERLAPPED_BACKWARD
+  // The forward's job of this chunk, which may run beside this one, reads the same entering state:
+  // dropped only once that job's own flag shows it has read it (the last chunk raises none, and
+  // its state stays in L2).
+  if (j > 0 && !last) {
+    int forward_done;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(forward_done) : "l"(forward_flags(p) + slot) : "memory");
+    if (forward_done) discard_l2_line(p.ws_states + slot * P * N + tid * 32);
+  }
+#else
   if (j > 0) discard_l2_line(p.ws_states + slot * P * N + tid * 32);
+#endif
 #endif
   float da_sum = 0.f;
 #pragma unroll
@@ -1299,6 +1333,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
 #if M3_CP_INLINE_HEAD_SUMS
   sum_heads_ahead(p, job_words);
+#endif
+#if M3_CP_OVERLAPPED_BACKWARD
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // not done before the forward is
 #endif
 #else
   float* carries = s.red;  // free between block sums; holds A + 4 words

@@ -375,15 +375,22 @@ struct Smem {
   // global memory; nullptr is zero.
   const float* gst;
   const float* gds;
+#if M3_CP_OVERLAPPED_BACKWARD
+  // The backward runs beside the forward's last jobs (v109), which still write other chunks'
+  // states: the entering state is read through L2, not the read-only path.
+#define M3_STATE_LOAD __ldcg
+#else
+#define M3_STATE_LOAD __ldg
+#endif
 #if M3_CP_GLOBAL_STATES
-  M3_DEV float st_at(int r, int c) const { return gst ? __ldg(gst + r * N + c) : 0.f; }
+  M3_DEV float st_at(int r, int c) const { return gst ? M3_STATE_LOAD(gst + r * N + c) : 0.f; }
   // Published by another CTA of this kernel: read from L2, never from a stale L1 line.
   M3_DEV float ds_at(int r, int c) const { return gds ? __ldcg(gds + r * N + c) : 0.f; }
 #endif
 #if M3_FRAG_DS
   // The 16-byte words at row r, position pos of the states in fragment order (frag_word).
   M3_DEV float4 st4(int r, int pos) const {
-    return gst ? __ldg(reinterpret_cast<const float4*>(gst + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    return gst ? M3_STATE_LOAD(reinterpret_cast<const float4*>(gst + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   M3_DEV float4 ds4(int r, int pos) const {
     return gds ? __ldcg(reinterpret_cast<const float4*>(gds + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -1576,7 +1583,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
                   "the quad-column dqr builds on v59's backward");
     MmaQuadTile<C, N, NT> inter, intra;
     inter.template mac4<P>(M3_ROWS_A(s.dy, LDP), [&](int k, int c) {
-      return s.gst ? __ldg(reinterpret_cast<const float4*>(s.gst + k * N + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      return s.gst ? M3_STATE_LOAD(reinterpret_cast<const float4*>(s.gst + k * N + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
     });
     intra.template mac4<C>(M3_ROWS_A(s.x, LDC), [&](int k, int c) {
       const float4 kr = *reinterpret_cast<const float4*>(s.kr + k * LDN + c);

@@ -65,7 +65,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v101", 32, 256}, OpConfig{"v102", 32, 256},
                                                 OpConfig{"v103", 32, 256}, OpConfig{"v104", 32, 256},
                                                 OpConfig{"v105", 32, 256}, OpConfig{"v106", 32, 256},
-                                                OpConfig{"v107", 32, 256}, OpConfig{"v108", 32, 256}};
+                                                OpConfig{"v107", 32, 256}, OpConfig{"v108", 32, 256},
+                                                OpConfig{"v109", 32, 256}, OpConfig{"v110", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -99,7 +100,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v94", "v93", "v8"}, {"v96", "v95", "v8"},
                               {"v98", "v97", "v8"}, {"v100", "v99", "v8"},
                               {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
-                              {"v106", "v105", "v8"}, {"v108", "v107", "v8"}};
+                              {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
+                              {"v110", "v109", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -258,11 +260,13 @@ int seq_bucket(long long num_seqs) {
 // (M3_REDUCE_DISCARD); both bitwise v89's; v107: v103 whose backward jobs each sum a share of the
 // dq/dk partials of the chunk three ahead in their sequence while they are in L2, then drop them
 // (M3_CP_INLINE_HEAD_SUMS=3), the reduce only the first three chunks of each sequence
-// (M3_REDUCE_INLINE_AHEAD=3), results bitwise v89's.
+// (M3_REDUCE_INLINE_AHEAD=3), results bitwise v89's; v109: v103 whose backward is launched
+// programmatically beside the forward's last jobs, each job waiting for its entering state's
+// forward flag (M3_CP_OVERLAPPED_BACKWARD), results bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106 and v108 have no kernels of their own
-// (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108 and v110 have no kernels of
+// their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -317,6 +321,7 @@ struct VariantTraits {
   bool discard_dead = false;       // v103
   bool reduce_discard = false;     // v105
   int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
+  bool overlapped_backward = false; // v109
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -385,7 +390,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v101", "v95", &VariantTraits::overlapped_reduce},
                                     {"v103", "v101", &VariantTraits::discard_dead},
                                     {"v105", "v103", &VariantTraits::reduce_discard},
-                                    {"v107", "v103", nullptr, nullptr, &VariantTraits::inline_head_sums, 3}};
+                                    {"v107", "v103", nullptr, nullptr, &VariantTraits::inline_head_sums, 3},
+                                    {"v109", "v103", &VariantTraits::overlapped_backward}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -500,6 +506,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.overlapped_reduce) src.options.push_back("-DM3_CP_OVERLAPPED_REDUCE=1");
   if (tr.discard_dead) src.options.push_back("-DM3_CP_DISCARD_DEAD=1");
   if (tr.inline_head_sums) src.options.push_back("-DM3_CP_INLINE_HEAD_SUMS=" + std::to_string(tr.inline_head_sums));
+  if (tr.overlapped_backward) src.options.push_back("-DM3_CP_OVERLAPPED_BACKWARD=1");
   src.arch = arch;
   return src;
 }
@@ -518,6 +525,7 @@ bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_hea
 bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
 bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_reduce_launch; }
 bool overlaps_reduce(const OpConfig& c) { return kernel_traits(c).overlapped_reduce; }
+bool overlaps_backward(const OpConfig& c) { return kernel_traits(c).overlapped_backward; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;

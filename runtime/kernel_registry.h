@@ -77,6 +77,9 @@ bool uses_one_reduce_launch(const OpConfig& config);
 // backward's last wave: a grid of chunk_capacity * C * N / 4 / threads head-sum blocks in ticket
 // order, each waiting for its chunk's heads, then the H * ceil((2N + 1) / 32) partials blocks.
 bool overlaps_reduce(const OpConfig& config);
+// True for the variant (v109) whose backward is launched programmatically beside the forward's
+// last jobs (its forward lets it launch; each backward job waits for its state's forward flag).
+bool overlaps_backward(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

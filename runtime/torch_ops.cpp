@@ -347,7 +347,10 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
     lc.cluster[0] = head_cluster;  // divides H, and so the grid of total_chunks * H CTAs
+    const bool programmatic = lc.programmatic;
+    lc.programmatic = programmatic || overlaps_backward(run_config);
     kernels.cp_backward->launch(lc, args);
+    lc.programmatic = programmatic;
     lc.cluster[0] = 1;
   } else {
     allocate_gradients();
