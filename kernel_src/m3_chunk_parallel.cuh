@@ -542,7 +542,7 @@ M3_DEV void sum_heads_ahead(const M3Params& p, const int* job_words) {
   static_assert(NT == 2 * N, "a thread per column of dq and of dk");
   const int round = job_words[1], h = job_words[2], start = job_words[4], len = job_words[5];
   const int chunks = (len + C - 1) / C;
-  const int target = chunks - 1 - round + M3_CP_INLINE_HEAD_SUMS;
+  const int target = m3_backward_chunk(len, C, round) + M3_CP_INLINE_HEAD_SUMS;
   if (target >= chunks) return;  // the reduce kernel sums the sequence's first chunks
   const int tokens = min(C, len - target * C);
   if (h >= tokens) return;  // more heads than tokens: nothing for this one
@@ -983,11 +983,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
 #endif
   m3_wait_for_previous_kernel();  // the tickets and flags m3_cp_angles zeroes, the angle sums
-  m3_allow_next_kernel();
-#if M3_CP_OVERLAPPED_BACKWARD
-  // Every forward CTA has started once all of them pass here: the backward may take free slots.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  m3_allow_next_kernel<M3_CP_OVERLAPPED_BACKWARD != 0>();  // v109: its backward
 #if M3_CP_PERSISTENT_FORWARD
   int next = persistent_first_ticket(p.ws_sync);
   Job job;
@@ -1010,11 +1006,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   __shared__ int job_words[M3_CP_HEAD_CLUSTERS ? 5 : kJobWords];  // [4]: the cluster's ticket
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   m3_wait_for_previous_kernel();  // the states the forward hands on, and everything before it
-  m3_allow_next_kernel();
-#if M3_CP_OVERLAPPED_REDUCE
-  // Every CTA of the grid has started once all of them pass here: the reduce may take free slots.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  m3_allow_next_kernel<M3_CP_OVERLAPPED_REDUCE != 0>();  // v101: its reduce
 #if M3_CP_PERSISTENT_BACKWARD
   // The body below stays the text (and so the SASS) of the variants before v45, which run it once;
   // a device function of its own changed their register allocation.
@@ -1044,7 +1036,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (job.seq < 0) {
     zero_partials_row(p, job);
 #if M3_CP_OVERLAPPED_BACKWARD
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // not done before the forward is
+    m3_wait_for_previous_kernel<true>();  // not done before the forward is
 #endif
     return;
   }
@@ -1272,7 +1264,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid == 0) {
 #if M3_CP_INLINE_HEAD_SUMS
     const int* w = job_words;  // by chunk index: chunk_base + j, j from the ticket's round
-    const int counted = w[6] + (w[5] + C - 1) / C - 1 - w[1];
+    const int counted = w[6] + m3_backward_chunk(w[5], C, w[1]);
 #else
     const int counted = job_words[3];
 #endif
@@ -1336,7 +1328,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   sum_heads_ahead(p, job_words);
 #endif
 #if M3_CP_OVERLAPPED_BACKWARD
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // not done before the forward is
+  m3_wait_for_previous_kernel<true>();  // not done before the forward is
 #endif
 #else
   float* carries = s.red;  // free between block sums; holds A + 4 words

@@ -14,18 +14,18 @@
 // launch gap between the two disappears. Such a kernel calls m3_wait_for_previous_kernel before
 // it reads (or takes a ticket from) anything the previous kernel writes: it returns once that grid
 // has finished and its writes are visible. Launched without the attribute, it returns at once.
+// kAlways: emitted whatever M3_PDL says, for the variants whose one programmatic launch is their
+// own (v101's reduce, v109's backward).
+template <bool kAlways = false>
 M3_DEV void m3_wait_for_previous_kernel() {
-#if M3_PDL
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+  if constexpr (M3_PDL || kAlways) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 // The next kernel may be launched once every CTA of this grid has passed here (or exited). Each
 // kernel calls it at its start: by then all of its own CTAs have been launched, so the next one's
 // waiting CTAs take only the SM room this grid no longer needs.
+template <bool kAlways = false>
 M3_DEV void m3_allow_next_kernel() {
-#if M3_PDL
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  if constexpr (M3_PDL || kAlways) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 static constexpr float kM3Pi = 3.14159265358979323846f;

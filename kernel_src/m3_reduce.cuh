@@ -148,7 +148,7 @@ M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
   const int4 first = entry[0], second = entry[1];
   const int seq = first.x, round = first.y, start = first.z, len = second.x;
   if (seq < 0) return;  // past the last chunk: the same for every thread of the block
-  const int j = (len + M3_CHUNK - 1) / M3_CHUNK - 1 - round;
+  const int j = m3_backward_chunk(len, M3_CHUNK, round);
 #if M3_REDUCE_INLINE_AHEAD
   if (j >= M3_REDUCE_INLINE_AHEAD) return;  // summed by the backward
   const long long counted = second.y + j;    // by chunk index
@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   if (blockIdx.x < head_blocks) {
     reduce_ready_chunk_block(p, blockIdx.x);
   } else {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // every chunk's partials row
+    m3_wait_for_previous_kernel<true>();  // every chunk's partials row
     const unsigned b = blockIdx.x - head_blocks;
     reduce_partials_block(p, static_cast<int>(b % p.H), static_cast<int>(b / p.H));
   }

@@ -17,6 +17,10 @@ M3_HD int m3_seq_chunks(const int* cu_seqlens, int i, int chunk) {
   return (cu_seqlens[i + 1] - cu_seqlens[i] + chunk - 1) / chunk;
 }
 
+// The chunk of a sequence of `len` tokens that the backward's round `round` takes: the backward
+// walks each sequence's chunks from the last.
+M3_HD int m3_backward_chunk(int len, int chunk, int round) { return (len + chunk - 1) / chunk - 1 - round; }
+
 // (sequence, round) pairs in the rounds before round r: sum over sequences of min(chunks, r).
 M3_HD long long m3_pairs_before_round(const int* cu_seqlens, int num_seqs, int chunk, int r) {
   long long n = 0;
