@@ -59,7 +59,7 @@
 // chunk's dq/dk partials as soon as that chunk's H backward CTAs have written them, instead of
 // after the whole backward grid (m3_reduce.cuh, M3_REDUCE_CHUNK_READY). The backward lets it
 // launch once every backward CTA has started (the start of the last wave: on c01 its tail is about
-// 35 us, in which SMs fall idle one by one, against 45 us of HBM-bound head sums after it), and
+// 35 us in runs 62 and 70, SMs falling idle one by one, against 45 us of head sums after it), and
 // each backward CTA counts its chunk's heads done after the epilogue's stores, through a barrier
 // the tail has anyway. Unlike v39's programmatic launches, whose CTAs waited for the whole grid,
 // the reduce's CTAs have work as soon as they are resident. Run 74: only c00 gained (-5.5% busy
