@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "../kernel_src/m3_params.cuh"
+#include "host_stages.h"
 #include "jit.h"
 #include "kernel_registry.h"
 #include "torch_validate.h"
@@ -182,6 +183,7 @@ WorkspaceLayout workspace_layout(const OpConfig& run_config, const Problem& pb, 
 // alone and runs only the forward walk: no gradient is computed and no reduction launched.
 std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>* states,
                                     c10::string_view config_text, bool forward_only = false) {
+  HostStages stages;
   const OpConfig config = config_for(config_text);
   TORCH_CHECK_VALUE(takes_initial_states(config) == (states != nullptr), "mamba3_jit: kernel configuration '",
                     to_string(config), "' ", states ? "does not take initial states; use variant=v6"
@@ -194,10 +196,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const bool capturing = q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   Problem pb = validate_shapes(a, /*require_cuda=*/true);
   if (states) validate_initial_states(*states, pb, q.device());
+  stages.set_shape(pb.T, pb.S);
+  stages.mark("checks");
   // The cu_seqlens values travel to the host while the forward's results are allocated: the
   // copy's round trip (about 10 us) would otherwise keep the host idle before the first launch.
   c10::optional<CuSeqlensReadback> readback;
   if (!capturing) readback.emplace(cu_seqlens, pb.S);
+  stages.mark("copy call");
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Device dev = q.device();
   const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;
@@ -216,8 +221,10 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   at::Tensor final_v = fresh({S, H, P}, at::kBFloat16, dev);
   at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
   if (!forward_only) dz = fresh_like(z);  // written by the forward kernel
+  stages.mark("allocations");
   // Bad boundaries throw here: the results above go back to the allocator, nothing was launched.
   if (readback) readback->finish(pb);
+  stages.mark("read-back wait");
 
   // The kernels the longest sequence picks, and their carving of the workspace.
   const int64_t longest = longest_sequence(pb, T);
@@ -328,7 +335,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     lc.grid[0] = static_cast<unsigned>(H) * angle_ranks;
     lc.grid[1] = static_cast<unsigned>(S);
     lc.cluster[0] = angle_ranks;
+    stages.mark("plan");
     kernels.cp_angles->launch(lc, args);
+    stages.mark("angle launch");
     lc.cluster[0] = 1;
     // The kernels after the first wait for their predecessor themselves where the variant says so.
     lc.programmatic = uses_programmatic_launch(run_config);
@@ -342,14 +351,17 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);
+    stages.mark("forward launch");
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
     allocate_gradients();
+    stages.mark("gradient allocations");
     lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
     lc.cluster[0] = head_cluster;  // divides H, and so the grid of total_chunks * H CTAs
     const bool programmatic = lc.programmatic;
     lc.programmatic = programmatic || overlaps_backward(run_config);
     kernels.cp_backward->launch(lc, args);
+    stages.mark("backward launch");
     lc.programmatic = programmatic;
     lc.cluster[0] = 1;
   } else {
@@ -357,7 +369,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     lc.grid[0] = static_cast<unsigned>(H);
     lc.grid[1] = static_cast<unsigned>(S);
     lc.dynamic_smem = scan_smem;
+    stages.mark("plan");
     kernels.scan->launch(lc, args);
+    stages.mark("scan launch");
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
   }
   lc.dynamic_smem = 0;
@@ -392,6 +406,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   std::vector<at::Tensor> results = {output, final_angle, final_ssm, final_k, final_v, dq, dk, dv, dadt, ddt, dtrap,
                                      dq_bias, dk_bias, dangles, dd, dz};
   results.insert(results.end(), state_grads.begin(), state_grads.end());
+  stages.mark("reduce launch");
   return results;
 }
 

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ostream_sink.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -17,37 +16,15 @@
 
 #include "jit.h"
 #include "kernel_cache.h"
+#include "log_capture.h"
 #include "logging.h"
 #include "test_util.h"
 
 using namespace mamba3_jit;
+using mamba3_jit::test::LogCapture;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Collects what the runtime logs while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
-    sink_->set_pattern("%l: %v");
-    logger().sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = logger().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() const { return stream_.str(); }
-  int count(const std::string& needle) const {
-    const std::string t = text();
-    int n = 0;
-    for (auto pos = t.find(needle); pos != std::string::npos; pos = t.find(needle, pos + 1)) ++n;
-    return n;
-  }
-
- private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 std::string cubin_file(const std::string& dir, const std::string& key) {
   return dir + "/" + key + ".cubin";

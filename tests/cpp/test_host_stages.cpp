@@ -1,0 +1,78 @@
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+
+#include "host_stages.h"
+#include "log_capture.h"
+#include "logging.h"
+
+using namespace mamba3_jit;
+using mamba3_jit::test::LogCapture;
+
+namespace {
+
+// Restores the logger's level when a test has changed it.
+class LevelGuard {
+ public:
+  explicit LevelGuard(spdlog::level::level_enum level) : saved_(logger().level()) { logger().set_level(level); }
+  ~LevelGuard() { logger().set_level(saved_); }
+
+ private:
+  spdlog::level::level_enum saved_;
+};
+
+}  // namespace
+
+TEST_CASE("host stages log one line per call at trace level, naming each stage in order", "[host_stages]") {
+  LevelGuard level(spdlog::level::trace);
+  LogCapture log;
+  {
+    HostStages stages;
+    stages.set_shape(470, 3);
+    stages.mark("checks");
+    stages.mark("copy call");
+    stages.mark("angle launch");
+  }
+  const std::string text = log.text();
+  CHECK(log.count("host stages (us) of a call with T=470 S=3: ") == 1);
+  const auto checks = text.find("checks "), copy = text.find("copy call "), launch = text.find("angle launch ");
+  REQUIRE(checks != std::string::npos);
+  REQUIRE(copy != std::string::npos);
+  REQUIRE(launch != std::string::npos);
+  CHECK((checks < copy && copy < launch));
+  CHECK(log.count("total ") == 1);
+  CHECK(log.count("(threw)") == 0);
+}
+
+TEST_CASE("host stages say when the call threw", "[host_stages]") {
+  LevelGuard level(spdlog::level::trace);
+  LogCapture log;
+  try {
+    HostStages stages;
+    stages.mark("checks");
+    throw std::runtime_error("bad argument");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(log.count("(threw)") == 1);
+  CHECK(log.count("checks ") == 1);
+}
+
+TEST_CASE("host stages are silent above trace level", "[host_stages]") {
+  LevelGuard level(spdlog::level::debug);
+  LogCapture log;
+  {
+    HostStages stages;
+    stages.mark("checks");
+  }
+  CHECK(log.text().empty());
+}
+
+TEST_CASE("host stages keep the first marks when a call has more than fit", "[host_stages]") {
+  LevelGuard level(spdlog::level::trace);
+  LogCapture log;
+  {
+    HostStages stages;
+    for (int i = 0; i < HostStages::kMaxMarks + 4; ++i) stages.mark("stage");
+  }
+  CHECK(log.count("stage ") == HostStages::kMaxMarks);
+}
