@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -129,13 +130,47 @@ const OpConfig* known_config(const std::string& variant) {
   return it == index.end() ? nullptr : it->second;
 }
 
+// "v1 to v110" for the known variants (runs of consecutive vN collapse), so that an error can
+// list them in one line instead of a hundred configurations.
+std::string known_variant_ranges() {
+  std::vector<int> numbers;
+  std::string others;
+  for (const auto& k : known_configs()) {
+    const bool numbered = k.variant.size() > 1 && k.variant[0] == 'v' &&
+                          k.variant.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (numbered) numbers.push_back(std::stoi(k.variant.substr(1)));
+    else others += (others.empty() ? "" : ", ") + k.variant;
+  }
+  std::sort(numbers.begin(), numbers.end());
+  std::string out;
+  for (size_t i = 0; i < numbers.size();) {
+    size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    out += (out.empty() ? "v" : ", v") + std::to_string(numbers[i]);
+    if (j > i) out += " to v" + std::to_string(numbers[j]);
+    i = j + 1;
+  }
+  if (!others.empty()) out += (out.empty() ? "" : ", ") + others;
+  return out;
+}
+
 void require_known(const OpConfig& c) {
   const OpConfig* k = known_config(c.variant);
   if (k != nullptr && k->chunk == c.chunk && k->threads == c.threads) return;
-  std::string supported;
-  for (const auto& k : known_configs()) supported += (supported.empty() ? "" : "; ") + to_string(k);
-  throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) +
-                              "'; supported: " + supported);
+  if (k != nullptr) {
+    throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) + "': variant " +
+                                c.variant + " runs with chunk=" + std::to_string(k->chunk) +
+                                ", threads=" + std::to_string(k->threads) + " only");
+  }
+  std::set<std::string> shapes;
+  for (const auto& known : known_configs()) {
+    shapes.insert("chunk=" + std::to_string(known.chunk) + ", threads=" + std::to_string(known.threads));
+  }
+  std::string shape_list;
+  for (const auto& sh : shapes) shape_list += (shape_list.empty() ? "" : "; ") + sh;
+  throw std::invalid_argument("mamba3_jit: unsupported kernel configuration '" + to_string(c) + "': unknown variant '" +
+                              c.variant + "'; known variants: " + known_variant_ranges() + " (with " + shape_list +
+                              ")");
 }
 
 }  // namespace

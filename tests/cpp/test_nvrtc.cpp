@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <regex>
 #include <thread>
 #include <utility>
 
@@ -144,6 +145,24 @@ TEST_CASE("an error inside an embedded header is excerpted from that header", "[
     CHECK(what.find("--> m3_smoke.cuh:") != std::string::npos);
     CHECK(what.find("m3_smoke_axpb") != std::string::npos);
   }
+}
+
+TEST_CASE("an unsupported configuration names what is supported in one line", "[registry]") {
+  const auto message = [](const std::string& text) {
+    try {
+      parse_op_config(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const std::string shape = message("variant=v104,chunk=64,threads=512");
+  CHECK(shape.find("'variant=v104,chunk=64,threads=512'") != std::string::npos);
+  CHECK(shape.find("variant v104 runs with chunk=32, threads=256 only") != std::string::npos);
+  const std::string unknown = message("variant=v9999");
+  CHECK(unknown.find("unknown variant 'v9999'") != std::string::npos);
+  CHECK(std::regex_search(unknown, std::regex("known variants: v1 to v[0-9]+ \\(with chunk=32, threads=256\\)$")));
+  CHECK(unknown.size() < 300);
 }
 
 TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-products length and v8's beyond",
