@@ -971,8 +971,8 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
 }  // namespace m3cp
 
 // M3_CP_LEAN_FORWARD (v11): the forward's own smaller layout and at most 128 registers, two
-// CTAs per SM.
-extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? 2 : 1)
+// CTAs per SM; three at 80 registers with M3_CP_FORWARD_MIN_CTAS=3 (v113).
+extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? M3_CP_FORWARD_MIN_CTAS : 1)
     m3_cp_forward(const M3Params p) {
   using namespace m3cp;
   extern __shared__ float4 smem_raw[];

@@ -134,6 +134,19 @@
 #ifndef M3_CP_FWD_GLOBAL_STATE
 #define M3_CP_FWD_GLOBAL_STATE 0
 #endif
+#if M3_CP_FWD_GLOBAL_STATE && !M3_CP_FRAG_STATES
+#error "M3_CP_FWD_GLOBAL_STATE reads the states in fragment order: it needs M3_CP_FRAG_STATES"
+#endif
+// M3_CP_FORWARD_MIN_CTAS (v113): the forward kernel's minimum CTAs per SM in __launch_bounds__.
+// Two (v11 on) give it 128 registers; three need M3_CP_FWD_GLOBAL_STATE's layout (76 KB without
+// the state tile, three CTAs and their reserved 1 KB each in the SM's 228 KB) and 80 registers,
+// which ptxas reaches without new spills.
+#ifndef M3_CP_FORWARD_MIN_CTAS
+#define M3_CP_FORWARD_MIN_CTAS 2
+#endif
+#if M3_CP_FORWARD_MIN_CTAS > 2 && !M3_CP_FWD_GLOBAL_STATE
+#error "three forward CTAs per SM need M3_CP_FWD_GLOBAL_STATE's layout"
+#endif
 #if M3_CP_FWD_GLOBAL_STATE && !(M3_CP_FULL_SECTORS && M3_CP_LEAN_FORWARD)
 #error "M3_CP_FWD_GLOBAL_STATE builds on M3_CP_FULL_SECTORS and M3_CP_LEAN_FORWARD"
 #endif

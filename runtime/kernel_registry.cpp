@@ -67,7 +67,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v103", 32, 256}, OpConfig{"v104", 32, 256},
                                                 OpConfig{"v105", 32, 256}, OpConfig{"v106", 32, 256},
                                                 OpConfig{"v107", 32, 256}, OpConfig{"v108", 32, 256},
-                                                OpConfig{"v109", 32, 256}, OpConfig{"v110", 32, 256}};
+                                                OpConfig{"v109", 32, 256}, OpConfig{"v110", 32, 256},
+                                                OpConfig{"v111", 32, 256}, OpConfig{"v112", 32, 256},
+                                                OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -102,7 +104,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v98", "v97", "v8"}, {"v100", "v99", "v8"},
                               {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
                               {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
-                              {"v110", "v109", "v8"}};
+                              {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -297,11 +299,15 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_INLINE_HEAD_SUMS=3), the reduce only the first three chunks of each sequence
 // (M3_REDUCE_INLINE_AHEAD=3), results bitwise v89's; v109: v103 whose backward is launched
 // programmatically beside the forward's last jobs, each job waiting for its entering state's
-// forward flag (M3_CP_OVERLAPPED_BACKWARD), results bitwise v89's.
+// forward flag (M3_CP_OVERLAPPED_BACKWARD), results bitwise v89's; v111: v103 whose states, not
+// only their gradients, are in fragment order (M3_CP_FRAG_STATES instead of M3_CP_FRAG_DSTATES)
+// and whose forward reads its entering state from the workspace (M3_CP_FWD_GLOBAL_STATE), its
+// layout 76 KB without the state tile; v113: v111 whose forward is built for three CTAs per SM
+// (M3_CP_FORWARD_MIN_CTAS=3, 80 registers); both meant to be bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108 and v110 have no kernels of
-// their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112 and v114 have no
+// kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -357,6 +363,7 @@ struct VariantTraits {
   bool reduce_discard = false;     // v105
   int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
   bool overlapped_backward = false; // v109
+  int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -369,8 +376,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  // From v15 on each variant is its predecessor with one more switch (v33, v45: two), or with a
-  // leveled switch set to a level.
+  // From v15 on each variant is its predecessor with one more switch (v33, v45, v111: two), or
+  // with a leveled switch set to a level; v111 also turns one off.
   struct Derived {
     const char* variant;
     const char* base;
@@ -378,6 +385,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
     bool VariantTraits::*also = nullptr;
     int VariantTraits::*level = nullptr;
     int value = 0;
+    bool VariantTraits::*clears = nullptr;
   };
   static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
                                     {"v17", "v15", &VariantTraits::prefetch},
@@ -426,13 +434,17 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v103", "v101", &VariantTraits::discard_dead},
                                     {"v105", "v103", &VariantTraits::reduce_discard},
                                     {"v107", "v103", nullptr, nullptr, &VariantTraits::inline_head_sums, 3},
-                                    {"v109", "v103", &VariantTraits::overlapped_backward}};
+                                    {"v109", "v103", &VariantTraits::overlapped_backward},
+                                    {"v111", "v103", &VariantTraits::frag_states, &VariantTraits::fwd_global_state,
+                                     nullptr, 0, &VariantTraits::frag_dstates},
+                                    {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
     if (d.adds != nullptr) t.*(d.adds) = true;
     if (d.also != nullptr) t.*(d.also) = true;
     if (d.level != nullptr) t.*(d.level) = d.value;
+    if (d.clears != nullptr) t.*(d.clears) = false;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
@@ -542,6 +554,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.discard_dead) src.options.push_back("-DM3_CP_DISCARD_DEAD=1");
   if (tr.inline_head_sums) src.options.push_back("-DM3_CP_INLINE_HEAD_SUMS=" + std::to_string(tr.inline_head_sums));
   if (tr.overlapped_backward) src.options.push_back("-DM3_CP_OVERLAPPED_BACKWARD=1");
+  if (tr.forward_ctas) src.options.push_back("-DM3_CP_FORWARD_MIN_CTAS=" + std::to_string(tr.forward_ctas));
   src.arch = arch;
   return src;
 }

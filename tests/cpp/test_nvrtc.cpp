@@ -170,7 +170,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -261,6 +261,29 @@ TEST_CASE("v101 on overlap their reduce with the backward, from reduce specialis
   CHECK_FALSE(overlaps_backward(v103));
   CHECK(has_option(scan_source(v109, 8), "-DM3_CP_OVERLAPPED_BACKWARD=1"));
   CHECK(reduce_source(v109).name == reduce_source(v103).name);
+}
+
+TEST_CASE("v111 and v113 hand the states in fragment order to a forward without a state tile; v113 fits three",
+          "[registry]") {
+  const OpConfig v103 = parse_op_config("variant=v103"), v111 = parse_op_config("variant=v111"),
+                 v113 = parse_op_config("variant=v113");
+  for (const OpConfig& c : {v111, v113}) {
+    INFO(c.variant);
+    const KernelSource src = scan_source(c, 8);
+    CHECK(has_option(src, "-DM3_CP_FRAG_STATES=1"));
+    CHECK_FALSE(has_option(src, "-DM3_CP_FRAG_DSTATES=1"));  // the two are exclusive
+    CHECK(has_option(src, "-DM3_CP_FWD_GLOBAL_STATE=1"));
+    CHECK(has_option(src, "-DM3_CP_DISCARD_DEAD=1"));
+    CHECK(reduce_source(c).name == reduce_source(v103).name);
+    CHECK(backward_smem_bytes(c) == backward_smem_bytes(v103));
+    // 76,352 bytes without the P x N state tile: with the 1,056 static bytes (1 KB reserved) of
+    // each CTA, three fit in an SM's 228 KB.
+    CHECK(forward_smem_bytes(c) + 64 * 132 * sizeof(float) == forward_smem_bytes(v103));
+    CHECK(3 * (forward_smem_bytes(c) + 1056) <= 228 * 1024);
+  }
+  CHECK(has_option(scan_source(v103, 8), "-DM3_CP_FRAG_DSTATES=1"));
+  CHECK_FALSE(has_option(scan_source(v111, 8), "-DM3_CP_FORWARD_MIN_CTAS=3"));
+  CHECK(has_option(scan_source(v113, 8), "-DM3_CP_FORWARD_MIN_CTAS=3"));
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
