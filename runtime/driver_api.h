@@ -26,6 +26,7 @@ namespace mamba3_jit::driver {
   X(cuModuleUnload)                    \
   X(cuModuleGetFunction)               \
   X(cuFuncSetAttribute)                \
+  X(cuFuncGetAttribute)                \
   X(cuLaunchKernelEx)                  \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) \
   X(cuStreamIsCapturing)               \

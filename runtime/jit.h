@@ -121,6 +121,10 @@ class LoadedKernel {
   // How many CTAs of `threads` threads and `dynamic_smem` bytes fit on the current device at once
   // (occupancy per SM times the SMs); throws DriverError, or std::runtime_error when none fits.
   unsigned resident_ctas(unsigned threads, unsigned dynamic_smem) const;
+  // At debug level, logs how many such CTAs fit on one SM and what limits them (registers per
+  // thread, local memory, shared memory): the occupancy a variant was built for, checked on the
+  // device. Silent and free at other levels; never throws.
+  void log_occupancy(unsigned threads, unsigned dynamic_smem) const;
 
  private:
   CUfunction fn_;

@@ -157,6 +157,33 @@ unsigned LoadedKernel::resident_ctas(unsigned threads, unsigned dynamic_smem) co
   return static_cast<unsigned>(per_sm) * static_cast<unsigned>(sms);
 }
 
+void LoadedKernel::log_occupancy(unsigned threads, unsigned dynamic_smem) const {
+  if (!logger().should_log(spdlog::level::debug)) return;
+  int per_sm = 0, regs = 0, local = 0, static_smem = 0;
+  CUresult failed = CUDA_SUCCESS;
+  try {
+    const auto& api = driver::api();
+    const CUresult r[] = {
+        api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn_, static_cast<int>(threads), dynamic_smem),
+        api.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn_),
+        api.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn_),
+        api.cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn_)};
+    for (const CUresult e : r) {
+      if (e != CUDA_SUCCESS && failed == CUDA_SUCCESS) failed = e;
+    }
+  } catch (const std::exception& e) {
+    logger().debug("{}: occupancy not available ({})", name_, e.what());
+    return;
+  }
+  if (failed != CUDA_SUCCESS) {
+    logger().debug("{}: occupancy not available ({})", name_, driver::error_string(failed));
+    return;
+  }
+  logger().debug("{}: {} CTAs of {} threads per SM ({} registers per thread, {} bytes of local memory, "
+                 "{} + {} bytes of shared memory per CTA)",
+                 name_, per_sm, threads, regs, local, static_smem, dynamic_smem);
+}
+
 const LoadedKernel& load_kernel(const KernelSource& src, const std::string& function_name,
                                 unsigned max_dynamic_smem) {
   const CUcontext ctx = driver::ensure_context();

@@ -91,10 +91,13 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
     const unsigned threads = static_cast<unsigned>(config.threads);
+    k.cp_forward->log_occupancy(threads, k.forward_smem);
+    k.cp_backward->log_occupancy(threads, k.backward_smem);
     if (uses_persistent_forward(config)) k.forward_ctas = k.cp_forward->resident_ctas(threads, k.forward_smem);
     if (uses_persistent_backward(config)) k.backward_ctas = k.cp_backward->resident_ctas(threads, k.backward_smem);
   } else {
     k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
+    k.scan->log_occupancy(static_cast<unsigned>(config.threads), k.scan_smem);
   }
   const KernelSource reduce_src = reduce_source(config);
   k.reduce_heads = &kernel_for(reduce_src, "m3_reduce_heads", 0, capturing);

@@ -1,4 +1,5 @@
-// Collects what the runtime's logger writes while a LogCapture lives.
+// Collects what the runtime's logger writes while a LogCapture lives; sets its level while a
+// LevelGuard lives.
 #pragma once
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -35,6 +36,18 @@ class LogCapture {
  private:
   std::ostringstream stream_;
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// Sets the runtime logger's level for the life of the guard.
+class LevelGuard {
+ public:
+  explicit LevelGuard(spdlog::level::level_enum level) : saved_(logger().level()) { logger().set_level(level); }
+  ~LevelGuard() { logger().set_level(saved_); }
+  LevelGuard(const LevelGuard&) = delete;
+  LevelGuard& operator=(const LevelGuard&) = delete;
+
+ private:
+  spdlog::level::level_enum saved_;
 };
 
 }  // namespace mamba3_jit::test

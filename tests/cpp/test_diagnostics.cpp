@@ -1,29 +1,18 @@
+// The runtime's diagnostics: the per-call host stages and the occupancy log line.
 #include <catch2/catch.hpp>
 
 #include <stdexcept>
 
 #include "host_stages.h"
+#include "jit.h"
 #include "log_capture.h"
 #include "logging.h"
 
 using namespace mamba3_jit;
+using mamba3_jit::test::LevelGuard;
 using mamba3_jit::test::LogCapture;
 
-namespace {
-
-// Restores the logger's level when a test has changed it.
-class LevelGuard {
- public:
-  explicit LevelGuard(spdlog::level::level_enum level) : saved_(logger().level()) { logger().set_level(level); }
-  ~LevelGuard() { logger().set_level(saved_); }
-
- private:
-  spdlog::level::level_enum saved_;
-};
-
-}  // namespace
-
-TEST_CASE("host stages log one line per call at trace level, naming each stage in order", "[host_stages]") {
+TEST_CASE("host stages log one line per call at trace level, naming each stage in order", "[diagnostics]") {
   LevelGuard level(spdlog::level::trace);
   LogCapture log;
   {
@@ -44,7 +33,7 @@ TEST_CASE("host stages log one line per call at trace level, naming each stage i
   CHECK(log.count("(threw)") == 0);
 }
 
-TEST_CASE("host stages say when the call threw", "[host_stages]") {
+TEST_CASE("host stages say when the call threw", "[diagnostics]") {
   LevelGuard level(spdlog::level::trace);
   LogCapture log;
   try {
@@ -57,7 +46,7 @@ TEST_CASE("host stages say when the call threw", "[host_stages]") {
   CHECK(log.count("checks ") == 1);
 }
 
-TEST_CASE("host stages are silent above trace level", "[host_stages]") {
+TEST_CASE("host stages are silent above trace level", "[diagnostics]") {
   LevelGuard level(spdlog::level::debug);
   LogCapture log;
   {
@@ -67,7 +56,7 @@ TEST_CASE("host stages are silent above trace level", "[host_stages]") {
   CHECK(log.text().empty());
 }
 
-TEST_CASE("host stages keep the first marks when a call has more than fit", "[host_stages]") {
+TEST_CASE("host stages keep the first marks when a call has more than fit", "[diagnostics]") {
   LevelGuard level(spdlog::level::trace);
   LogCapture log;
   {
@@ -75,4 +64,19 @@ TEST_CASE("host stages keep the first marks when a call has more than fit", "[ho
     for (int i = 0; i < HostStages::kMaxMarks + 4; ++i) stages.mark("stage");
   }
   CHECK(log.count("stage ") == HostStages::kMaxMarks);
+}
+
+TEST_CASE("an occupancy query that cannot be answered is logged at debug level, never thrown", "[diagnostics]") {
+  // No function behind it: without a driver the API is unusable, with one the handle is invalid.
+  const LoadedKernel none(nullptr, "m3_test_kernel");
+  {
+    LevelGuard level(spdlog::level::info);
+    LogCapture log;
+    CHECK_NOTHROW(none.log_occupancy(256, 1024));
+    CHECK(log.text().empty());
+  }
+  LevelGuard level(spdlog::level::debug);
+  LogCapture log;
+  CHECK_NOTHROW(none.log_occupancy(256, 1024));
+  CHECK(log.count("m3_test_kernel: occupancy not available (") == 1);
 }
