@@ -129,6 +129,19 @@ TEST_CASE("an NVRTC error names the line, the options and a file with the source
   }
 }
 
+TEST_CASE("a forward that would read row-major states in fragment order does not build", "[nvrtc]") {
+  // v103's states are row-major (M3_CP_FRAG_DSTATES); its forward reading them as v31's does
+  // would compute silently wrong outputs, so the kernel source refuses the combination.
+  KernelSource s = scan_source(parse_op_config("variant=v103"), 8, "sm_90a");
+  s.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
+  try {
+    compile_with_nvrtc(s);
+    FAIL("the combination compiled");
+  } catch (const NvrtcError& e) {
+    CHECK(std::string(e.what()).find("it needs M3_CP_FRAG_STATES") != std::string::npos);
+  }
+}
+
 TEST_CASE("an error inside an embedded header is excerpted from that header", "[nvrtc]") {
   KernelSource s;
   s.name = "header_error";
