@@ -882,6 +882,23 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
     const float alpha = s.vv(kVecE)[len - 1];
     float* out = last ? p.final_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N
                       : p.ws_states + (slot + H) * P * N;
+#if M3_CP_FWD_GLOBAL_STATE == 2
+    // Row-major states (v115): a thread's columns n0 + 8 jj + 2 t + e of a row as four 8-byte
+    // loads, and as many stores, for the next chunk and for the final state alike.
+    upd.for_each_row([&](int i, int h, int r) {
+      float2 st[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int c = upd.n0 + 8 * jj + 2 * upd.t;
+        st[jj] = s.gst ? __ldcg(reinterpret_cast<const float2*>(s.gst + r * N + c)) : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        *reinterpret_cast<float2*>(out + r * N + upd.n0 + 8 * jj + 2 * upd.t) =
+            make_float2(alpha * st[jj].x + upd.acc[i][jj][2 * h], alpha * st[jj].y + upd.acc[i][jj][2 * h + 1]);
+      }
+    });
+#else
     // The entering state's words are the accumulators' own (fragment order): two 16-byte loads per
     // row, and as many stores; the final state goes out row-major.
     upd.for_each_row([&](int i, int h, int r) {
@@ -905,6 +922,7 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
         }
       }
     });
+#endif  // M3_CP_FWD_GLOBAL_STATE == 2
   }
 #else
   if (j == 0) {

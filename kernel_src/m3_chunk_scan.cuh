@@ -134,8 +134,18 @@
 #ifndef M3_CP_FWD_GLOBAL_STATE
 #define M3_CP_FWD_GLOBAL_STATE 0
 #endif
-#if M3_CP_FWD_GLOBAL_STATE && !M3_CP_FRAG_STATES
+// M3_CP_FWD_GLOBAL_STATE=2 (v115): the same with the states row-major (M3_CP_FRAG_DSTATES, so the
+// backward is v103's): the update reads 8-byte pairs at the accumulators' columns, and the
+// inter-chunk product takes each block of 32 k in mac_rows_contiguous_k's order (other groups of
+// eight: outputs within rounding of v103's, states bitwise).
+#if M3_CP_FWD_GLOBAL_STATE == 1 && !M3_CP_FRAG_STATES
 #error "M3_CP_FWD_GLOBAL_STATE reads the states in fragment order: it needs M3_CP_FRAG_STATES"
+#endif
+#if M3_CP_FWD_GLOBAL_STATE == 2 && M3_CP_FRAG_STATES
+#error "M3_CP_FWD_GLOBAL_STATE=2 reads row-major states: not with M3_CP_FRAG_STATES"
+#endif
+#if M3_CP_FWD_GLOBAL_STATE > 2
+#error "M3_CP_FWD_GLOBAL_STATE is 0, 1 (fragment order) or 2 (row-major)"
 #endif
 // M3_CP_FORWARD_MIN_CTAS (v113): the forward kernel's minimum CTAs per SM in __launch_bounds__.
 // Two (v11 on) give it 128 registers; three need M3_CP_FWD_GLOBAL_STATE's layout (76 KB without
@@ -1039,7 +1049,9 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
     Tile<C, P, C / 16, 4> intra, inter;
     intra.template mac<C>(M3_SHARED_ROWS_A(s.m, LDC),
                           [&](int k, int c) { return s.v[k * LDP + c]; });
-#if M3_CP_FWD_GLOBAL_STATE
+#if M3_CP_FWD_GLOBAL_STATE == 2
+    inter.template mac_rows_contiguous_k<N>(s.qr, LDN, [&](int r, int pos) { return s.st4_published(r, pos); });
+#elif M3_CP_FWD_GLOBAL_STATE
     inter.template mac_frag_rows<N>(M3_SHARED_ROWS_A(s.qr, LDN),
                                     [&](int r, int pos) { return s.st4_published(r, pos); });
 #else

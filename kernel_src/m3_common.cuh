@@ -588,6 +588,62 @@ struct MmaTile {
     }
   }
 
+  // acc += A B with A(r, k) = a_rows[r * lda + k] in shared memory and B(k, c) = S[c][k] for a
+  // row-major S read as 16-byte words ld4(c, k) (M3_CP_FWD_GLOBAL_STATE=2): in each block of 32 k
+  // a thread takes the eight contiguous k = 8 t + 0..7, k-step s holding k = 8 t + 2 s in slot t
+  // and 8 t + 2 s + 1 in slot t + 4. So a row of A is two 16-byte shared loads per block (lanes
+  // (g, t) on banks 4 g + 8 t: conflict-free quarters for lda = 4 mod 32) and a column of B two
+  // 16-byte global loads, one 32-byte sector. The same products as mac's, summed in other groups
+  // of eight.
+  template <int K, class LD4>
+  M3_DEV void mac_rows_contiguous_k(const float* a_rows, int lda, LD4 ld4) {
+    static_assert(K % 32 == 0, "K must be a multiple of 32");
+    M3_MAC_UNROLL
+    for (int k32 = 0; k32 < K; k32 += 32) {
+      const int k = k32 + 8 * t;
+      float4 alo[MT][2], ahi[MT][2], blo[NTL], bhi[NTL];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* row = a_rows + (m0 + i * 16 + g + 8 * h) * lda + k;
+          alo[i][h] = *reinterpret_cast<const float4*>(row);
+          ahi[i][h] = *reinterpret_cast<const float4*>(row + 4);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NTL; ++j) {
+        const int c = n0 + j * 8 + g;
+        blo[j] = ld4(c, k);
+        bhi[j] = ld4(c, k + 4);
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        // Elements 2 s and 2 s + 1 of the thread's eight: in the low word for s < 2.
+        const auto pick = [&](const float4& lo, const float4& hi, int e) {
+          return quad_at(s < 2 ? lo : hi, (2 * s + e) & 3);
+        };
+        unsigned a[MT][4], b[NTL][2];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          a[i][0] = to_tf32(pick(alo[i][0], ahi[i][0], 0));
+          a[i][1] = to_tf32(pick(alo[i][1], ahi[i][1], 0));
+          a[i][2] = to_tf32(pick(alo[i][0], ahi[i][0], 1));
+          a[i][3] = to_tf32(pick(alo[i][1], ahi[i][1], 1));
+        }
+#pragma unroll
+        for (int j = 0; j < NTL; ++j) {
+          b[j][0] = to_tf32(pick(blo[j], bhi[j], 0));
+          b[j][1] = to_tf32(pick(blo[j], bhi[j], 1));
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NTL; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+      }
+    }
+  }
+
   // acc += A B with B(k, c) = S[k][c], S in fragment order (ld4 as above): a thread's four
   // n-tiles of one k row are one 16-byte word. The products, and their order, are mac's.
   template <int K, class FA, class LD4>

@@ -69,7 +69,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v107", 32, 256}, OpConfig{"v108", 32, 256},
                                                 OpConfig{"v109", 32, 256}, OpConfig{"v110", 32, 256},
                                                 OpConfig{"v111", 32, 256}, OpConfig{"v112", 32, 256},
-                                                OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256}};
+                                                OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256},
+                                                OpConfig{"v115", 32, 256}, OpConfig{"v116", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -104,7 +105,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v98", "v97", "v8"}, {"v100", "v99", "v8"},
                               {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
                               {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
-                              {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"}};
+                              {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"},
+                              {"v116", "v115", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -303,11 +305,14 @@ int seq_bucket(long long num_seqs) {
 // only their gradients, are in fragment order (M3_CP_FRAG_STATES instead of M3_CP_FRAG_DSTATES)
 // and whose forward reads its entering state from the workspace (M3_CP_FWD_GLOBAL_STATE), its
 // layout 76 KB without the state tile; v113: v111 whose forward is built for three CTAs per SM
-// (M3_CP_FORWARD_MIN_CTAS=3, 80 registers); both meant to be bitwise v89's.
+// (M3_CP_FORWARD_MIN_CTAS=3, 80 registers); both meant to be bitwise v89's; v115: v103 whose
+// forward, built for three CTAs per SM, reads its entering state row-major from the workspace
+// (M3_CP_FWD_GLOBAL_STATE=2), the backward v103's; states bitwise v89's, the forward's outputs
+// within rounding (its inter-chunk product sums in other groups of eight).
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112 and v114 have no
-// kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114 and v116 have
+// no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -363,7 +368,8 @@ struct VariantTraits {
   bool reduce_discard = false;     // v105
   int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
   bool overlapped_backward = false; // v109
-  int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113)
+  int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113, v115)
+  bool fwd_rowmajor_state = false;  // M3_CP_FWD_GLOBAL_STATE=2 (v115)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -437,7 +443,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v109", "v103", &VariantTraits::overlapped_backward},
                                     {"v111", "v103", &VariantTraits::frag_states, &VariantTraits::fwd_global_state,
                                      nullptr, 0, &VariantTraits::frag_dstates},
-                                    {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3}};
+                                    {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3},
+                                    {"v115", "v103", &VariantTraits::fwd_rowmajor_state, nullptr,
+                                     &VariantTraits::forward_ctas, 3}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -527,6 +535,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.tf32_truncate) src.options.push_back("-DM3_TF32_TRUNCATE=1");
   if (tr.full_sectors) src.options.push_back("-DM3_CP_FULL_SECTORS=1");
   if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
+  if (tr.fwd_rowmajor_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=2");
   if (tr.programmatic_launch) src.options.push_back("-DM3_PDL=1");
   if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
   if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
@@ -632,7 +641,8 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
 std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
 std::size_t forward_smem_bytes(const OpConfig& c) {
-  return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state);
+  const VariantTraits& t = traits(c);
+  return layout_bytes(c, t.lean_forward, t.fwd_global_state || t.fwd_rowmajor_state);
 }
 
 namespace {

@@ -129,7 +129,7 @@ TEST_CASE("an NVRTC error names the line, the options and a file with the source
   }
 }
 
-TEST_CASE("a forward that would read row-major states in fragment order does not build", "[nvrtc]") {
+TEST_CASE("a forward that would read its states in the wrong order does not build", "[nvrtc]") {
   // v103's states are row-major (M3_CP_FRAG_DSTATES); its forward reading them as v31's does
   // would compute silently wrong outputs, so the kernel source refuses the combination.
   KernelSource s = scan_source(parse_op_config("variant=v103"), 8, "sm_90a");
@@ -139,6 +139,15 @@ TEST_CASE("a forward that would read row-major states in fragment order does not
     FAIL("the combination compiled");
   } catch (const NvrtcError& e) {
     CHECK(std::string(e.what()).find("it needs M3_CP_FRAG_STATES") != std::string::npos);
+  }
+  // And the converse: v111's fragment-order states read as row-major ones.
+  KernelSource t = scan_source(parse_op_config("variant=v111"), 8, "sm_90a");
+  t.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=2");
+  try {
+    compile_with_nvrtc(t);
+    FAIL("the converse compiled");
+  } catch (const NvrtcError& e) {
+    CHECK(std::string(e.what()).find("reads row-major states: not with M3_CP_FRAG_STATES") != std::string::npos);
   }
 }
 
@@ -183,7 +192,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -276,7 +285,7 @@ TEST_CASE("v101 on overlap their reduce with the backward, from reduce specialis
   CHECK(reduce_source(v109).name == reduce_source(v103).name);
 }
 
-TEST_CASE("v111 and v113 hand the states in fragment order to a forward without a state tile; v113 fits three",
+TEST_CASE("v111 and v113 hand the states in fragment order to a forward without a state tile, v115 row-major",
           "[registry]") {
   const OpConfig v103 = parse_op_config("variant=v103"), v111 = parse_op_config("variant=v111"),
                  v113 = parse_op_config("variant=v113");
@@ -297,6 +306,17 @@ TEST_CASE("v111 and v113 hand the states in fragment order to a forward without 
   CHECK(has_option(scan_source(v103, 8), "-DM3_CP_FRAG_DSTATES=1"));
   CHECK_FALSE(has_option(scan_source(v111, 8), "-DM3_CP_FORWARD_MIN_CTAS=3"));
   CHECK(has_option(scan_source(v113, 8), "-DM3_CP_FORWARD_MIN_CTAS=3"));
+  // v115: the same forward layout and occupancy on v103's row-major states and backward.
+  const OpConfig v115 = parse_op_config("variant=v115");
+  const KernelSource src = scan_source(v115, 8);
+  CHECK(has_option(src, "-DM3_CP_FWD_GLOBAL_STATE=2"));
+  CHECK_FALSE(has_option(src, "-DM3_CP_FWD_GLOBAL_STATE=1"));
+  CHECK(has_option(src, "-DM3_CP_FRAG_DSTATES=1"));
+  CHECK_FALSE(has_option(src, "-DM3_CP_FRAG_STATES=1"));
+  CHECK(has_option(src, "-DM3_CP_FORWARD_MIN_CTAS=3"));
+  CHECK(forward_smem_bytes(v115) == forward_smem_bytes(v113));
+  CHECK(backward_smem_bytes(v115) == backward_smem_bytes(v103));
+  CHECK(reduce_source(v115).name == reduce_source(v103).name);
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
