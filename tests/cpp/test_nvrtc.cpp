@@ -129,26 +129,28 @@ TEST_CASE("an NVRTC error names the line, the options and a file with the source
   }
 }
 
-TEST_CASE("a forward that would read its states in the wrong order does not build", "[nvrtc]") {
-  // v103's states are row-major (M3_CP_FRAG_DSTATES); its forward reading them as v31's does
-  // would compute silently wrong outputs, so the kernel source refuses the combination.
-  KernelSource s = scan_source(parse_op_config("variant=v103"), 8, "sm_90a");
-  s.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
+namespace {
+// The NVRTC error of `variant`'s S<=8 source with one more option, or "(compiled)".
+std::string error_with_option(const char* variant, const std::string& option) {
+  KernelSource s = scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a");
+  s.options.push_back(option);
   try {
     compile_with_nvrtc(s);
-    FAIL("the combination compiled");
   } catch (const NvrtcError& e) {
-    CHECK(std::string(e.what()).find("it needs M3_CP_FRAG_STATES") != std::string::npos);
+    return e.what();
   }
-  // And the converse: v111's fragment-order states read as row-major ones.
-  KernelSource t = scan_source(parse_op_config("variant=v111"), 8, "sm_90a");
-  t.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=2");
-  try {
-    compile_with_nvrtc(t);
-    FAIL("the converse compiled");
-  } catch (const NvrtcError& e) {
-    CHECK(std::string(e.what()).find("reads row-major states: not with M3_CP_FRAG_STATES") != std::string::npos);
-  }
+  return "(compiled)";
+}
+}  // namespace
+
+TEST_CASE("a forward that would read its states in the wrong order does not build", "[nvrtc]") {
+  // v103's states are row-major (M3_CP_FRAG_DSTATES); its forward reading them as v31's does
+  // would compute silently wrong outputs, so the kernel source refuses the combination; and the
+  // converse, v111's fragment-order states read as row-major ones.
+  CHECK(error_with_option("v103", "-DM3_CP_FWD_GLOBAL_STATE=1").find("it needs M3_CP_FRAG_STATES") !=
+        std::string::npos);
+  CHECK(error_with_option("v111", "-DM3_CP_FWD_GLOBAL_STATE=2")
+            .find("reads row-major states: not with M3_CP_FRAG_STATES") != std::string::npos);
 }
 
 TEST_CASE("an error inside an embedded header is excerpted from that header", "[nvrtc]") {
