@@ -335,7 +335,7 @@ struct VariantTraits {
   bool conflict_free = false;
   bool frag_states = false;
   bool full_sectors = false;
-  bool fwd_global_state = false;
+  int fwd_global_state = 0;         // M3_CP_FWD_GLOBAL_STATE: 1 fragment order (v31, v111), 2 row-major (v115)
   bool frag_dstates = false;
   bool tf32_truncate = false;
   bool wide_reductions = false;
@@ -369,7 +369,6 @@ struct VariantTraits {
   int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
   bool overlapped_backward = false; // v109
   int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113, v115)
-  bool fwd_rowmajor_state = false;  // M3_CP_FWD_GLOBAL_STATE=2 (v115)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -382,8 +381,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v10") return {true, 4, true, true, true, false, true, false, true, false, false, false};
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
-  // From v15 on each variant is its predecessor with one more switch (v33, v45, v111: two), or
-  // with a leveled switch set to a level; v111 also turns one off.
+  // From v15 on each variant is its predecessor with one more switch (v33, v45: two), or with a
+  // leveled switch set to a level (v115: two); v111 also turns a switch off.
   struct Derived {
     const char* variant;
     const char* base;
@@ -392,6 +391,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
     int VariantTraits::*level = nullptr;
     int value = 0;
     bool VariantTraits::*clears = nullptr;
+    int VariantTraits::*level2 = nullptr;
+    int value2 = 0;
   };
   static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
                                     {"v17", "v15", &VariantTraits::prefetch},
@@ -401,7 +402,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v25", "v23", &VariantTraits::conflict_free},
                                     {"v27", "v25", &VariantTraits::frag_states},
                                     {"v29", "v27", &VariantTraits::full_sectors},
-                                    {"v31", "v29", &VariantTraits::fwd_global_state},
+                                    {"v31", "v29", nullptr, nullptr, &VariantTraits::fwd_global_state, 1},
                                     {"v33", "v25", &VariantTraits::frag_dstates, &VariantTraits::full_sectors},
                                     {"v35", "v33", &VariantTraits::tf32_truncate},
                                     {"v37", "v35", &VariantTraits::wide_reductions},
@@ -441,10 +442,10 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v105", "v103", &VariantTraits::reduce_discard},
                                     {"v107", "v103", nullptr, nullptr, &VariantTraits::inline_head_sums, 3},
                                     {"v109", "v103", &VariantTraits::overlapped_backward},
-                                    {"v111", "v103", &VariantTraits::frag_states, &VariantTraits::fwd_global_state,
-                                     nullptr, 0, &VariantTraits::frag_dstates},
+                                    {"v111", "v103", &VariantTraits::frag_states, nullptr, &VariantTraits::fwd_global_state, 1,
+                                     &VariantTraits::frag_dstates},
                                     {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3},
-                                    {"v115", "v103", &VariantTraits::fwd_rowmajor_state, nullptr,
+                                    {"v115", "v103", nullptr, nullptr, &VariantTraits::fwd_global_state, 2, nullptr,
                                      &VariantTraits::forward_ctas, 3}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
@@ -453,6 +454,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
     if (d.also != nullptr) t.*(d.also) = true;
     if (d.level != nullptr) t.*(d.level) = d.value;
     if (d.clears != nullptr) t.*(d.clears) = false;
+    if (d.level2 != nullptr) t.*(d.level2) = d.value2;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
@@ -534,8 +536,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.frag_dstates) src.options.push_back("-DM3_CP_FRAG_DSTATES=1");
   if (tr.tf32_truncate) src.options.push_back("-DM3_TF32_TRUNCATE=1");
   if (tr.full_sectors) src.options.push_back("-DM3_CP_FULL_SECTORS=1");
-  if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=1");
-  if (tr.fwd_rowmajor_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=2");
+  if (tr.fwd_global_state) src.options.push_back("-DM3_CP_FWD_GLOBAL_STATE=" + std::to_string(tr.fwd_global_state));
   if (tr.programmatic_launch) src.options.push_back("-DM3_PDL=1");
   if (tr.ldmatrix || tr.ldmatrix_backward) src.options.push_back(tr.ldmatrix ? "-DM3_LDMATRIX=1" : "-DM3_LDMATRIX=2");
   if (tr.persistent) src.options.push_back("-DM3_CP_PERSISTENT=1");
@@ -641,8 +642,7 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
 std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
 std::size_t forward_smem_bytes(const OpConfig& c) {
-  const VariantTraits& t = traits(c);
-  return layout_bytes(c, t.lean_forward, t.fwd_global_state || t.fwd_rowmajor_state);
+  return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state != 0);
 }
 
 namespace {
