@@ -1,7 +1,9 @@
 // Needs a CUDA driver and GPU; without them each test warns and passes (Catch2 v2 cannot skip).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "driver_api.h"
@@ -27,6 +29,13 @@ KernelSource smoke() {
   return s;  // arch left empty: the device's own
 }
 
+// The runtime reads MAMBA3_JIT_CACHE_DIR once per process, so every GPU test shares one directory
+// that lives until exit (a directory per test would be gone when the second test compiles).
+void use_test_cache_dir() {
+  static test::TempDir dir;
+  ::setenv("MAMBA3_JIT_CACHE_DIR", dir.path().c_str(), 1);
+}
+
 }  // namespace
 
 TEST_CASE("without a driver, GPU entry points fail clearly", "[gpu]") {
@@ -48,8 +57,7 @@ TEST_CASE("the smoke kernel runs through load_kernel", "[gpu]") {
     WARN("no GPU: skipped");
     return;
   }
-  test::TempDir tmp;
-  ::setenv("MAMBA3_JIT_CACHE_DIR", tmp.path().c_str(), 1);
+  use_test_cache_dir();
   const auto& api = driver::api();
   const KernelSource src = smoke();
   CHECK_FALSE(kernel_is_ready(src, "m3_smoke_axpb"));
@@ -109,5 +117,69 @@ TEST_CASE("the smoke kernel runs through load_kernel", "[gpu]") {
   api.cuMemFree(dy);
 
   CHECK_THROWS_AS(load_kernel(src, "no_such_function", 0), DriverError);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+TEST_CASE("the wgmma tile product matches the product of the tf32-truncated operands", "[gpu]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  int major = 0;
+  const auto& api = driver::api();
+  driver::check(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                         driver::current_device()),
+                "cuDeviceGetAttribute");
+  if (major != 9) {
+    WARN("wgmma needs sm_90a: skipped on compute capability " << major);
+    return;
+  }
+  use_test_cache_dir();
+  const int K = 128;
+  std::vector<float> a(64 * K), b(64 * K), d(64 * 64, 0.0f);
+  unsigned seed = 2026;
+  for (auto* m : {&a, &b})
+    for (float& x : *m) {
+      seed = seed * 1664525u + 1013904223u;
+      x = static_cast<float>((seed >> 8) & 0xFFFF) / 32768.0f - 1.0f;  // low mantissa bits set
+    }
+  const auto tf32 = [](float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    u &= 0xFFFFE000u;  // the tensor core reads the top 19 bits
+    std::memcpy(&x, &u, 4);
+    return static_cast<double>(x);
+  };
+  CUdeviceptr da = 0, db = 0, dd = 0;
+  driver::check(api.cuMemAlloc(&da, a.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&db, b.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dd, d.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
+  driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
+  const LoadedKernel& k = load_kernel(test::wgmma_probe_source(), "m3_wgmma_probe_tf32", test::kWgmmaProbeSmem);
+  for (int reps : {1, 3}) {
+    void* args[] = {&da, &db, &dd, &reps};
+    LaunchConfig cfg;
+    cfg.block[0] = 128;
+    cfg.dynamic_smem = test::kWgmmaProbeSmem;
+    k.launch(cfg, args);
+    driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+    driver::check(api.cuMemcpyDtoH(d.data(), dd, d.size() * 4), "cuMemcpyDtoH");
+    double num = 0, den = 0;
+    for (int r = 0; r < 64; ++r)
+      for (int c = 0; c < 64; ++c) {
+        double ref = 0;
+        for (int kk = 0; kk < K; ++kk) ref += tf32(a[r * K + kk]) * tf32(b[c * K + kk]);
+        ref *= reps;
+        num += (d[r * 64 + c] - ref) * (d[r * 64 + c] - ref);
+        den += ref * ref;
+      }
+    INFO("reps " << reps << ": rel-L2 " << std::sqrt(num / den));
+    // fp32 accumulation of exact tf32 products: about 1e-7; a wrong layout or descriptor gives O(1).
+    CHECK(std::sqrt(num / den) < 1e-6);
+  }
+  api.cuMemFree(da);
+  api.cuMemFree(db);
+  api.cuMemFree(dd);
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }

@@ -58,6 +58,20 @@ TEST_CASE("a kernel that includes a CUDA toolkit header compiles", "[nvrtc]") {
   CHECK(compile_with_nvrtc(s).cubin.compare(0, 4, "\x7f" "ELF") == 0);
 }
 
+TEST_CASE("the wgmma tile product compiles for sm_90a and is refused, with NVRTC's log, for sm_90", "[nvrtc]") {
+  CHECK(compile_with_nvrtc(test::wgmma_probe_source()).cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  // wgmma exists only in the architecture-specific target: plain sm_90 must fail loudly.
+  try {
+    compile_with_nvrtc(test::wgmma_probe_source("sm_90"));
+    FAIL("wgmma compiled for sm_90");
+  } catch (const JitError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("wgmma") != std::string::npos);
+    CHECK(what.find("--gpu-architecture=sm_90") != std::string::npos);
+  }
+}
+
 TEST_CASE("malformed architectures are refused", "[nvrtc]") {
   KernelSource s = test::smoke_source("badarch", "compute_90");
   CHECK_THROWS_AS(compile_with_nvrtc(s), JitError);

@@ -48,6 +48,17 @@ inline void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
+// The wgmma building block's device check (kernel_src/m3_wgmma_probe.cuh): d = reps * a b^T for
+// 64 x 128 fp32 matrices a and b, one warpgroup, 64 KB of operand tiles plus 1 KB of alignment.
+constexpr unsigned kWgmmaProbeSmem = 2 * 64 * 128 * 4 + 1024;
+inline KernelSource wgmma_probe_source(const std::string& arch = "sm_90a") {
+  KernelSource s;
+  s.name = "wgmma_probe";
+  s.code = "#include \"m3_wgmma_probe.cuh\"\n";
+  s.arch = arch;
+  return s;
+}
+
 // The smoke kernel made unique by a tag, so that every test starts from its own key. It compiles
 // in a fraction of a second.
 inline KernelSource smoke_source(const std::string& tag, const std::string& arch = "sm_90a") {
