@@ -496,6 +496,44 @@ M3_DEV void zero_state(float* dst) {
   for (int e = threadIdx.x; e < P * N; e += NT) dst[(e / N) * LDN + (e % N)] = 0.f;
 }
 
+#if M3_CP_BULK_STATE
+// The mbarrier that counts the entering state's bytes in (M3_CP_BULK_STATE): one use per CTA, so
+// phase 0 is the only one waited for. The job's barriers before the wait publish the init.
+M3_DEV void init_state_barrier(unsigned long long* bar) {
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar)))
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+}
+
+// After wait_for: the predecessor's generic stores, acquired by thread 0 and shared by the barrier,
+// are ordered before the async proxy's reads by the proxy fence. Warp 0 arms the barrier with the
+// tile's bytes and issues a bulk copy per row (rows of LDN floats in shared, N in the workspace);
+// every thread then waits for the bytes.
+M3_DEV void bulk_stage_state(const float* src, float* dst, unsigned long long* bar) {
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  if (threadIdx.x < 32) {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(P * N * 4) : "memory");
+    }
+    __syncwarp();
+    for (int r = threadIdx.x; r < P; r += 32) {
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       static_cast<unsigned>(__cvta_generic_to_shared(dst + r * LDN))),
+                   "l"(src + r * N), "r"(N * 4), "r"(b)
+                   : "memory");
+    }
+  }
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(b)
+      : "memory");
+}
+#endif
+
 M3_DEV int* forward_flags(const M3Params& p) { return p.ws_sync + 2; }
 M3_DEV int* backward_flags(const M3Params& p) {
   return p.ws_sync + 2 + static_cast<long long>(p.chunk_capacity) * p.H;
@@ -857,6 +895,10 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
   const long long g = sh.chunk_base + j;
   const long long slot = g * H + sh.h;
   const bool last = j == chunks - 1;
+#if M3_CP_BULK_STATE
+  __shared__ unsigned long long state_barrier;
+  init_state_barrier(&state_barrier);
+#endif
 #if M3_CP_NEIGHBOUR_L2_PREFETCH
   if (!last) prefetch_chunk_inputs(p, sh, j + 1, nullptr);
 #endif
@@ -931,6 +973,8 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
     wait_for(forward_flags(p) + slot - H);
 #if M3_CP_FRAG_STATES
     stage_state_frag(p.ws_states + slot * P * N, s.st);
+#elif M3_CP_BULK_STATE
+    bulk_stage_state(p.ws_states + slot * P * N, s.st, &state_barrier);
 #else
     stage_state<true>(p.ws_states + slot * P * N, s.st);
 #endif

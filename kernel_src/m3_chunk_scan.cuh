@@ -157,6 +157,17 @@
 #if M3_CP_FORWARD_MIN_CTAS > 2 && !M3_CP_FWD_GLOBAL_STATE
 #error "three forward CTAs per SM need M3_CP_FWD_GLOBAL_STATE's layout"
 #endif
+// M3_CP_BULK_STATE (v117): the forward's entering state comes into its shared tile by bulk
+// copies of the TMA engine (one per 512-byte row, counted in on an mbarrier) instead of 256
+// threads' 16-byte loads and stores. Run 88 measured such copies at no L1 data-pipe wavefronts;
+// the staging they replace is about 512 of a forward job's (256 global loads, 256 shared stores),
+// in a kernel that pipe bounds (run 86). Same data, same tile: results bitwise v103's.
+#ifndef M3_CP_BULK_STATE
+#define M3_CP_BULK_STATE 0
+#endif
+#if M3_CP_BULK_STATE && (M3_CP_FWD_GLOBAL_STATE || M3_CP_FRAG_STATES || M3_CP_PERSISTENT)
+#error "M3_CP_BULK_STATE stages row-major states into the forward's tile, once per CTA (no persistent CTAs)"
+#endif
 #if M3_CP_FWD_GLOBAL_STATE && !(M3_CP_FULL_SECTORS && M3_CP_LEAN_FORWARD)
 #error "M3_CP_FWD_GLOBAL_STATE builds on M3_CP_FULL_SECTORS and M3_CP_LEAN_FORWARD"
 #endif

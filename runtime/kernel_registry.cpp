@@ -70,7 +70,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v109", 32, 256}, OpConfig{"v110", 32, 256},
                                                 OpConfig{"v111", 32, 256}, OpConfig{"v112", 32, 256},
                                                 OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256},
-                                                OpConfig{"v115", 32, 256}, OpConfig{"v116", 32, 256}};
+                                                OpConfig{"v115", 32, 256}, OpConfig{"v116", 32, 256},
+                                                OpConfig{"v117", 32, 256}, OpConfig{"v118", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -106,7 +107,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v102", "v101", "v8"}, {"v104", "v103", "v8"},
                               {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
                               {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"},
-                              {"v116", "v115", "v8"}};
+                              {"v116", "v115", "v8"},
+                              {"v118", "v117", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -308,11 +310,13 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_FORWARD_MIN_CTAS=3, 80 registers); both meant to be bitwise v89's; v115: v103 whose
 // forward, built for three CTAs per SM, reads its entering state row-major from the workspace
 // (M3_CP_FWD_GLOBAL_STATE=2), the backward v103's; states bitwise v89's, the forward's outputs
-// within rounding (its inter-chunk product sums in other groups of eight).
+// within rounding (its inter-chunk product sums in other groups of eight); v117: v103 whose
+// forward takes its entering state into the shared tile by bulk copies of the TMA engine, off the
+// L1 data pipe (M3_CP_BULK_STATE), results bitwise v89's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114 and v116 have
-// no kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116 and
+// v118 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -369,6 +373,7 @@ struct VariantTraits {
   int inline_head_sums = 0;         // v107: the chunk this many ahead summed by each backward job
   bool overlapped_backward = false; // v109
   int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113, v115)
+  bool bulk_state = false;          // v117
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -446,7 +451,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                      &VariantTraits::frag_dstates},
                                     {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3},
                                     {"v115", "v103", nullptr, nullptr, &VariantTraits::fwd_global_state, 2, nullptr,
-                                     &VariantTraits::forward_ctas, 3}};
+                                     &VariantTraits::forward_ctas, 3},
+                                    {"v117", "v103", &VariantTraits::bulk_state}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -565,6 +571,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.inline_head_sums) src.options.push_back("-DM3_CP_INLINE_HEAD_SUMS=" + std::to_string(tr.inline_head_sums));
   if (tr.overlapped_backward) src.options.push_back("-DM3_CP_OVERLAPPED_BACKWARD=1");
   if (tr.forward_ctas) src.options.push_back("-DM3_CP_FORWARD_MIN_CTAS=" + std::to_string(tr.forward_ctas));
+  if (tr.bulk_state) src.options.push_back("-DM3_CP_BULK_STATE=1");
   src.arch = arch;
   return src;
 }
