@@ -70,6 +70,19 @@ M3_DEV void wgmma_m64n64k8_tf32(float (&d)[32], unsigned long long a, unsigned l
       : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 }
 
+// Writes a warpgroup's 64 x N accumulator (N / 2 floats a thread, in the order described at
+// wgmma_m64n64k8_tf32) to a row-major matrix with leading dimension ld, 8 bytes at a time.
+template <int N>
+M3_DEV void store_accumulator(const float (&d)[N / 2], float* out, int ld) {
+  const int w = (threadIdx.x % 128) / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+    const int r = 16 * w + g, c = 8 * j + 2 * t;
+    *reinterpret_cast<float2*>(out + r * ld + c) = make_float2(d[4 * j], d[4 * j + 1]);
+    *reinterpret_cast<float2*>(out + (r + 8) * ld + c) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+  }
+}
+
 // Copies a row-major rows x K fp32 matrix from global memory into a swizzled tile, 16 bytes a
 // thread at a time (a 16-byte chunk never straddles the swizzle), with `threads` threads.
 template <int Rows, int K, int Threads>

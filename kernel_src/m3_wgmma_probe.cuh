@@ -37,12 +37,5 @@ extern "C" __global__ void __launch_bounds__(128) m3_wgmma_probe_tf32(const floa
     m3wg::wgmma_wait<0>();
   }
 
-  const int w = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  float* out = d + static_cast<long long>(blockIdx.x) * 64 * 64;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int r = 16 * w + g, c = 8 * j + 2 * t;
-    *reinterpret_cast<float2*>(out + r * 64 + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
-    *reinterpret_cast<float2*>(out + (r + 8) * 64 + c) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-  }
+  m3wg::store_accumulator<64>(acc, d + static_cast<long long>(blockIdx.x) * 64 * 64, 64);
 }
