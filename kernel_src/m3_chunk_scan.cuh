@@ -161,7 +161,8 @@
 // copies of the TMA engine (one per 512-byte row, counted in on an mbarrier) instead of 256
 // threads' 16-byte loads and stores. Run 88 measured such copies at no L1 data-pipe wavefronts;
 // the staging they replace is about 512 of a forward job's (256 global loads, 256 shared stores),
-// in a kernel that pipe bounds (run 86). Same data, same tile: results bitwise v103's.
+// in a kernel that pipe bounds (run 86). Same data, same tile: results bitwise v103's. Run 89:
+// the forward 9 to 26% slower, the copies' latency on the chain; kept as the measured record.
 #ifndef M3_CP_BULK_STATE
 #define M3_CP_BULK_STATE 0
 #endif
