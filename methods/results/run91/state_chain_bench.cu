@@ -41,40 +41,6 @@ __host__ __device__ inline int permuted(int n) {
   return (n & ~7) | (q < 4 ? 2 * q : 2 * (q - 4) + 1);
 }
 
-__device__ __forceinline__ void wgmma_m64n128k8(float (&d)[64], unsigned long long a, unsigned long long b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b));
-}
-
-__device__ __forceinline__ void wgmma_m64n64k8_rs(float (&d)[32], float a0, float a1, float a2, float a3,
-                                                  unsigned long long b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
-        "l"(b));
-}
-
 // Row-major rows x K source into a swizzled tile, row r placed at row position row_of(r).
 template <int Rows, int K, class RowOf>
 __device__ __forceinline__ void stage(const float* src, float* tile, RowOf row_of) {
@@ -110,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) state_chain(const float* a,
   for (int i = 0; i < 64; ++i) u[i] = 0.f;
   m3wg::wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < C / 8; ++s) wgmma_m64n128k8(u, m3wg::sw128_kstep(sh(ta), P, s), m3wg::sw128_kstep(sh(tb), N, s));
+  for (int s = 0; s < C / 8; ++s) m3wg::wgmma_m64n128k8_tf32(u, m3wg::sw128_kstep(sh(ta), P, s), m3wg::sw128_kstep(sh(tb), N, s));
   m3wg::wgmma_commit();
 
   // Each thread's 64 words of a state: 16 float4, one per block of eight columns, a warp's 32
@@ -156,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) state_chain(const float* a,
   m3wg::wgmma_fence();
 #pragma unroll
   for (int s = 0; s < N / 8; ++s) {
-    wgmma_m64n64k8_rs(acc, z[4 * s], z[4 * s + 2], z[4 * s + 1], z[4 * s + 3], m3wg::sw128_kstep(sh(tx), C, s));
+    m3wg::wgmma_m64n64k8_tf32_rs(acc, z[4 * s], z[4 * s + 2], z[4 * s + 1], z[4 * s + 3], m3wg::sw128_kstep(sh(tx), C, s));
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
