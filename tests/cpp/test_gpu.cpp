@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "driver_api.h"
@@ -120,7 +121,7 @@ TEST_CASE("the smoke kernel runs through load_kernel", "[gpu]") {
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }
 
-TEST_CASE("the wgmma tile product matches the product of the tf32-truncated operands", "[gpu]") {
+TEST_CASE("the wgmma tile products match the products of the tf32-truncated operands", "[gpu]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
@@ -136,7 +137,7 @@ TEST_CASE("the wgmma tile product matches the product of the tf32-truncated oper
   }
   use_test_cache_dir();
   const int K = 128;
-  std::vector<float> a(64 * K), b(64 * K), d(64 * 64, 0.0f);
+  std::vector<float> a(64 * K), b(128 * K), d(64 * 128);
   unsigned seed = 2026;
   for (auto* m : {&a, &b})
     for (float& x : *m) {
@@ -156,27 +157,31 @@ TEST_CASE("the wgmma tile product matches the product of the tf32-truncated oper
   driver::check(api.cuMemAlloc(&dd, d.size() * 4), "cuMemAlloc");
   driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
   driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
-  const LoadedKernel& k = load_kernel(test::wgmma_probe_source(), "m3_wgmma_probe_tf32", test::kWgmmaProbeSmem);
-  for (int reps : {1, 3}) {
-    void* args[] = {&da, &db, &dd, &reps};
-    LaunchConfig cfg;
-    cfg.block[0] = 128;
-    cfg.dynamic_smem = test::kWgmmaProbeSmem;
-    k.launch(cfg, args);
-    driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
-    driver::check(api.cuMemcpyDtoH(d.data(), dd, d.size() * 4), "cuMemcpyDtoH");
-    double num = 0, den = 0;
-    for (int r = 0; r < 64; ++r)
-      for (int c = 0; c < 64; ++c) {
-        double ref = 0;
-        for (int kk = 0; kk < K; ++kk) ref += tf32(a[r * K + kk]) * tf32(b[c * K + kk]);
-        ref *= reps;
-        num += (d[r * 64 + c] - ref) * (d[r * 64 + c] - ref);
-        den += ref * ref;
-      }
-    INFO("reps " << reps << ": rel-L2 " << std::sqrt(num / den));
-    // fp32 accumulation of exact tf32 products: about 1e-7; a wrong layout or descriptor gives O(1).
-    CHECK(std::sqrt(num / den) < 1e-6);
+  const std::pair<const char*, int> probes[] = {
+      {"m3_wgmma_probe_tf32", 64}, {"m3_wgmma_probe_tf32_n128", 128}, {"m3_wgmma_probe_tf32_rs", 64}};
+  for (const auto& [name, cols] : probes) {
+    const LoadedKernel& k = load_kernel(test::wgmma_probe_source(), name, test::wgmma_probe_smem(cols));
+    for (int reps : {1, 3}) {
+      void* args[] = {&da, &db, &dd, &reps};
+      LaunchConfig cfg;
+      cfg.block[0] = 128;
+      cfg.dynamic_smem = test::wgmma_probe_smem(cols);
+      k.launch(cfg, args);
+      driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+      driver::check(api.cuMemcpyDtoH(d.data(), dd, 64 * cols * 4), "cuMemcpyDtoH");
+      double num = 0, den = 0;
+      for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < cols; ++c) {
+          double ref = 0;
+          for (int kk = 0; kk < K; ++kk) ref += tf32(a[r * K + kk]) * tf32(b[c * K + kk]);
+          ref *= reps;
+          num += (d[r * cols + c] - ref) * (d[r * cols + c] - ref);
+          den += ref * ref;
+        }
+      INFO(name << ", reps " << reps << ": rel-L2 " << std::sqrt(num / den));
+      // fp32 accumulation of exact tf32 products: about 1e-7; a wrong layout or descriptor gives O(1).
+      CHECK(std::sqrt(num / den) < 1e-6);
+    }
   }
   api.cuMemFree(da);
   api.cuMemFree(db);

@@ -48,9 +48,9 @@ inline void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// The wgmma building block's device check (kernel_src/m3_wgmma_probe.cuh): d = reps * a b^T for
-// 64 x 128 fp32 matrices a and b, one warpgroup, 64 KB of operand tiles plus 1 KB of alignment.
-constexpr unsigned kWgmmaProbeSmem = 2 * 64 * 128 * 4 + 1024;
+// The wgmma building blocks' device check (kernel_src/m3_wgmma_probe.cuh): d = reps * a b^T for
+// a 64 x 128 and b Cols x 128, one warpgroup, the operand tiles plus 1 KB of alignment.
+constexpr unsigned wgmma_probe_smem(int cols) { return (64 + cols) * 128 * 4 + 1024; }
 inline KernelSource wgmma_probe_source(const std::string& arch = "sm_90a") {
   KernelSource s;
   s.name = "wgmma_probe";
