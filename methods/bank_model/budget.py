@@ -1,0 +1,74 @@
+"""The rewrite's L1 wavefront budget per job, as the design note counts it (chunks of 64 on wgmma).
+
+Counted, not measured: one wavefront per 128 bytes a warpgroup product reads from shared memory (run
+87: 515 for a 64 x 64 x 128 product with both fp32 operands there, 261 with A in registers), one per
+128 bytes of conflict-free stores (the bank model beside this file checks the mappings), fp32 tiles.
+Today's figures are run 86's (ncu, c01, v104: 4,768 jobs of 32 tokens). Run:
+    python3 methods/bank_model/budget.py
+"""
+from __future__ import annotations
+
+C, N, P = 64, 128, 64  # tokens a chunk, state columns, value columns
+F = 4  # bytes of an fp32 operand
+
+
+def wf(nbytes: float) -> float:
+    return nbytes / 128
+
+
+def tile(rows: int, cols: int) -> int:
+    return rows * cols * F
+
+
+FORWARD = {
+    "scores qr ks^T (QR and KS read)": wf(tile(C, N) + tile(C, N)),
+    "y_intra^T = v^T M^T (v^T in registers, M read)": wf(tile(C, C)),
+    "y_inter^T = Z qr^T (Z in registers, QR read)": wf(tile(C, N)),
+    "U = (w v)^T ks (in registers, KS^T read)": wf(tile(N, C)),
+    "staging QR, KS, KS^T, M (stores)": wf(3 * tile(C, N) + tile(C, C)),
+    "Z_j in, Z_j+1 out (workspace, 512 contiguous bytes a warp)": wf(2 * tile(P, N)),
+    "epilogue (z, dout read transposed; output, dz by stmatrix)": 320,
+    "q, k rows from L2 (bf16, 16-byte loads)": wf(2 * C * N * 2),
+    "angles, decays, gates, scans": 200,
+}
+KST_SECOND_PASS = {"shuffles": 0, "read back from KS (2-way)": 512}
+
+BACKWARD_PRODUCT_BYTES = {  # operands read once each (SS), transposed copies where tf32 needs them
+    "scores": tile(C, N) * 2,
+    "dM = dy v^T": tile(C, P) * 2,
+    "dqr intra (G, KS^T)": tile(C, C) + tile(N, C),
+    "dks intra (G^T, QR^T)": tile(C, C) + tile(N, C),
+    "dv intra (M^T, dY^T)": tile(C, C) + tile(P, C),
+    "dks state (V, dS^T)": tile(C, P) + tile(N, P),
+    "dv state (KS, dS)": tile(C, N) + tile(P, N),
+    "dqr inter (dY, S_j^T)": tile(C, P) + tile(N, P),
+    "dS update ((e dY)^T, QR^T)": tile(P, C) + tile(N, C),
+}
+BACKWARD_TILE_WRITES = (4 * tile(C, N) + 7 * tile(C, C) + 3 * tile(P, N))  # qr, ks, their transposes; 16 KB tiles; states
+BACKWARD_EPILOGUES = 1000
+
+TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
+SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
+JOBS_32, SMS = 4768, 132
+
+
+def main() -> None:
+    fwd = sum(FORWARD.values())
+    print("forward, wavefronts a job of 64 tokens:")
+    for k, v in FORWARD.items():
+        print(f"  {k:62s} {v:6.0f}")
+    for how, extra in KST_SECOND_PASS.items():
+        print(f"  total with KS^T's token-major pass by {how:26s} {fwd + extra:6.0f}")
+    bwd_products = wf(sum(BACKWARD_PRODUCT_BYTES.values()))
+    bwd = bwd_products + wf(BACKWARD_TILE_WRITES) + BACKWARD_EPILOGUES
+    print(f"backward: products {bwd_products:.0f} ({sum(BACKWARD_PRODUCT_BYTES.values()) / 1024:.0f} KB), tile writes "
+          f"{wf(BACKWARD_TILE_WRITES):.0f} ({BACKWARD_TILE_WRITES / 1024:.0f} KB), epilogues {BACKWARD_EPILOGUES}: {bwd:.0f}")
+    for name, per64 in (("forward", fwd), ("forward, KS^T read back", fwd + 512), ("backward", bwd)):
+        key = name.split(",")[0]
+        per32 = per64 / 2
+        budget = [SHARE_US[key] * 1e-6 * SMS / JOBS_32 * ghz * 1e9 for ghz in (1.75, 1.98)]
+        print(f"{name}: {per32:.0f} per 32 tokens against {TODAY_PER_32[key]} today "
+              f"({TODAY_PER_32[key] / per32:.1f}x fewer); budget at 300x {budget[0]:.0f} to {budget[1]:.0f}")
+
+if __name__ == "__main__":
+    main()
