@@ -521,7 +521,7 @@ M3_DEV void bulk_stage_state(const float* src, float* dst, unsigned long long* b
     __syncwarp();
     for (int r = threadIdx.x; r < P; r += 32) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       static_cast<unsigned>(__cvta_generic_to_shared(dst + r * LDN))),
+                       smem_address(dst + r * LDN)),
                    "l"(src + r * N), "r"(N * 4), "r"(b)
                    : "memory");
     }

@@ -122,14 +122,20 @@ M3_DEV void store_accumulator(const float (&d)[N / 2], float* out, int ld) {
   }
 }
 
+// Row r of a staged matrix lands in row r of its tile, unless a row map says otherwise.
+struct SameRow {
+  M3_DEV int operator()(int r) const { return r; }
+};
+
 // Copies a row-major rows x K fp32 matrix from global memory into a swizzled tile, 16 bytes a
-// thread at a time (a 16-byte chunk never straddles the swizzle), with `threads` threads.
-template <int Rows, int K, int Threads>
-M3_DEV void stage_sw128(const float* src, float* tile) {
+// thread at a time (a 16-byte chunk never straddles the swizzle), with `threads` threads; row r
+// goes to tile row row_of(r) (a permutation of the rows, such as the design note's KS^T order).
+template <int Rows, int K, int Threads, class RowOf = SameRow>
+M3_DEV void stage_sw128(const float* src, float* tile, RowOf row_of = RowOf()) {
   static_assert(Rows % 8 == 0 && K % 32 == 0, "swizzled tiles hold 8-row groups of 32-column blocks");
   for (int i = threadIdx.x; i < Rows * K / 4; i += Threads) {
     const int r = i / (K / 4), k = 4 * (i % (K / 4));
-    *reinterpret_cast<float4*>(tile + sw128_index(Rows, r, k)) =
+    *reinterpret_cast<float4*>(tile + sw128_index(Rows, row_of(r), k)) =
         __ldg(reinterpret_cast<const float4*>(src + static_cast<long long>(r) * K + k));
   }
 }

@@ -30,6 +30,14 @@ KernelSource smoke() {
   return s;  // arch left empty: the device's own
 }
 
+int compute_capability_major() {
+  int major = 0;
+  driver::check(driver::api().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                                   driver::current_device()),
+                "cuDeviceGetAttribute");
+  return major;
+}
+
 // The runtime reads MAMBA3_JIT_CACHE_DIR once per process, so every GPU test shares one directory
 // that lives until exit (a directory per test would be gone when the second test compiles).
 void use_test_cache_dir() {
@@ -91,11 +99,7 @@ TEST_CASE("the smoke kernel runs through load_kernel", "[gpu]") {
   for (int i = 0; i < n; ++i) REQUIRE(y[i] == 2.0f * static_cast<float>(i) + 0.5f);
 
   // The same launch in clusters of two blocks (Hopper and later).
-  int major = 0;
-  driver::check(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                         driver::current_device()),
-                "cuDeviceGetAttribute");
-  if (major >= 9) {
+  if (compute_capability_major() >= 9) {
     b = 1.5f;
     cfg.grid[0] = 8;
     cfg.cluster[0] = 2;
@@ -126,12 +130,8 @@ TEST_CASE("the wgmma tile products match the products of the tf32-truncated oper
     WARN("no GPU: skipped");
     return;
   }
-  int major = 0;
   const auto& api = driver::api();
-  driver::check(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                         driver::current_device()),
-                "cuDeviceGetAttribute");
-  if (major != 9) {
+  if (const int major = compute_capability_major(); major != 9) {
     WARN("wgmma needs sm_90a: skipped on compute capability " << major);
     return;
   }

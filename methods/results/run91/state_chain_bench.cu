@@ -41,16 +41,6 @@ __host__ __device__ inline int permuted(int n) {
   return (n & ~7) | (q < 4 ? 2 * q : 2 * (q - 4) + 1);
 }
 
-// Row-major rows x K source into a swizzled tile, row r placed at row position row_of(r).
-template <int Rows, int K, class RowOf>
-__device__ __forceinline__ void stage(const float* src, float* tile, RowOf row_of) {
-  for (int i = threadIdx.x; i < Rows * K / 4; i += 128) {
-    const int r = i / (K / 4), k = 4 * (i % (K / 4));
-    *reinterpret_cast<float4*>(tile + m3wg::sw128_index(Rows, row_of(r), k)) =
-        __ldg(reinterpret_cast<const float4*>(src + r * K + k));
-  }
-}
-
 // a: [steps][P][C], b: [steps][N][C], x: [steps][C][N] (shared by the chains, as q and k are by
 // the heads); ws: [chains][steps + 1][P * N] in accumulator order; y: [chains][steps][P][C].
 extern "C" __global__ void __launch_bounds__(128, 2) state_chain(const float* a, const float* b, const float* x, float* ws,
@@ -65,9 +55,9 @@ extern "C" __global__ void __launch_bounds__(128, 2) state_chain(const float* a,
   if (threadIdx.x == 0) job = atomicAdd(ticket, 1);
   __syncthreads();
   const int c = job % chains, j = job / chains;
-  stage<P, C>(a + j * P * C, ta, [](int r) { return r; });
-  stage<N, C>(b + j * N * C, tb, [](int r) { return permuted(r); });
-  stage<C, N>(x + j * C * N, tx, [](int r) { return r; });
+  m3wg::stage_sw128<P, C, 128>(a + j * P * C, ta);
+  m3wg::stage_sw128<N, C, 128>(b + j * N * C, tb, [](int r) { return permuted(r); });
+  m3wg::stage_sw128<C, N, 128>(x + j * C * N, tx);
   m3wg::fence_shared_for_async_proxy();
   __syncthreads();
 
