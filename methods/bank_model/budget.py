@@ -66,6 +66,7 @@ def main() -> None:
     for name, per64 in (("forward", fwd), ("forward, KS^T read back", fwd + 512), ("backward", bwd)):
         key = name.split(",")[0]
         per32 = per64 / 2
+        # an assumed SM clock of 1.75 to 1.98 GHz (not measured: ncu ran at 1.38 GHz under clock control)
         budget = [SHARE_US[key] * 1e-6 * SMS / JOBS_32 * ghz * 1e9 for ghz in (1.75, 1.98)]
         print(f"{name}: {per32:.0f} per 32 tokens against {TODAY_PER_32[key]} today "
               f"({TODAY_PER_32[key] / per32:.1f}x fewer); budget at 300x {budget[0]:.0f} to {budget[1]:.0f}")
