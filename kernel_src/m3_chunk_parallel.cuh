@@ -154,6 +154,12 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #error "M3_PAIRED_STATE_STORES needs the tensor-core tiles (their for_each_pair)"
 #endif
 
+// M3_CP_FORWARD64 (v119): the forward kernel is m3_cp_forward64 (m3_forward64.cuh), a job of two
+// chunks on warpgroup products; the angle kernel also writes its job table.
+#ifndef M3_CP_FORWARD64
+#define M3_CP_FORWARD64 0
+#endif
+
 namespace m3cp {
 using namespace m3scan;
 
@@ -838,6 +844,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       int4* entry = reinterpret_cast<int4*>(p.ws_schedule + kScheduleInts * q);
       entry[0] = make_int4(s, round, sh_q.start, 0);
       entry[1] = make_int4(sh_q.len, sh_q.chunk_base, 0, 0);
+#if M3_CP_FORWARD64
+      // The chunk-64 forward's jobs (two chunks each) in the same round order, in a second table
+      // after this one: {seq, round of 64 tokens, start, unused}, {len, chunk_base (chunks of C)}.
+      int s64 = -1, round64 = 0;
+      if (!m3_schedule(p.cu_seqlens, p.S, 2 * C, q, s64, round64)) s64 = -1;
+      const SeqHead sh64 = s64 >= 0 ? seq_head(p, s64, 0) : SeqHead{0, -1, 0, 0, 0};
+      int4* entry64 = reinterpret_cast<int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
+      entry64[0] = make_int4(s64, round64, sh64.start, 0);
+      entry64[1] = make_int4(sh64.len, sh64.chunk_base, 0, 0);
+#endif
 #else
       p.ws_schedule[2 * q] = s;
       p.ws_schedule[2 * q + 1] = round;
@@ -1426,3 +1442,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   }
 #endif
 }
+
+#if M3_CP_FORWARD64
+#include "m3_forward64.cuh"
+#endif

@@ -109,6 +109,30 @@ M3_DEV void wgmma_m64n64k8_tf32_rs(float (&d)[32], float a0, float a1, float a2,
         "l"(b));
 }
 
+// D(64 x 32) += A(64 x 8) B(8 x 32), both in shared memory; the accumulator as above, 4 blocks of
+// 8 columns. For the chunk-64 forward (m3_forward64.cuh): its products that a warpgroup takes one
+// 32-token half of.
+M3_DEV void wgmma_m64n32k8_tf32(float (&d)[16], unsigned long long a, unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b));
+}
+
+// D(64 x 32) += A(64 x 8) B(8 x 32) with A in registers, laid out as for wgmma_m64n64k8_tf32_rs.
+M3_DEV void wgmma_m64n32k8_tf32_rs(float (&d)[16], float a0, float a1, float a2, float a3, unsigned long long b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "{%16, %17, %18, %19}, %20, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(__float_as_uint(a0)), "r"(__float_as_uint(a1)), "r"(__float_as_uint(a2)), "r"(__float_as_uint(a3)),
+        "l"(b));
+}
+
 // Writes a warpgroup's 64 x N accumulator (N / 2 floats a thread, in the order described at
 // wgmma_m64n64k8_tf32) to a row-major matrix with leading dimension ld, 8 bytes at a time.
 template <int N>

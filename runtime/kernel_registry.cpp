@@ -71,7 +71,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v111", 32, 256}, OpConfig{"v112", 32, 256},
                                                 OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256},
                                                 OpConfig{"v115", 32, 256}, OpConfig{"v116", 32, 256},
-                                                OpConfig{"v117", 32, 256}, OpConfig{"v118", 32, 256}};
+                                                OpConfig{"v117", 32, 256}, OpConfig{"v118", 32, 256},
+                                                OpConfig{"v119", 32, 256}, OpConfig{"v120", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -108,7 +109,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
                               {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"},
                               {"v116", "v115", "v8"},
-                              {"v118", "v117", "v8"}};
+                              {"v118", "v117", "v8"}, {"v120", "v119", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -374,6 +375,7 @@ struct VariantTraits {
   bool overlapped_backward = false; // v109
   int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113, v115)
   bool bulk_state = false;          // v117
+  bool forward64 = false;           // v119
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -452,7 +454,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v113", "v111", nullptr, nullptr, &VariantTraits::forward_ctas, 3},
                                     {"v115", "v103", nullptr, nullptr, &VariantTraits::fwd_global_state, 2, nullptr,
                                      &VariantTraits::forward_ctas, 3},
-                                    {"v117", "v103", &VariantTraits::bulk_state}};
+                                    {"v117", "v103", &VariantTraits::bulk_state},
+                                    {"v119", "v103", &VariantTraits::forward64}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -572,6 +575,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.overlapped_backward) src.options.push_back("-DM3_CP_OVERLAPPED_BACKWARD=1");
   if (tr.forward_ctas) src.options.push_back("-DM3_CP_FORWARD_MIN_CTAS=" + std::to_string(tr.forward_ctas));
   if (tr.bulk_state) src.options.push_back("-DM3_CP_BULK_STATE=1");
+  if (tr.forward64) src.options.push_back("-DM3_CP_FORWARD64=1");
   src.arch = arch;
   return src;
 }
@@ -591,6 +595,7 @@ bool stores_mixing(const OpConfig& c) { return kernel_traits(c).stored_mixing; }
 bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_reduce_launch; }
 bool overlaps_reduce(const OpConfig& c) { return kernel_traits(c).overlapped_reduce; }
 bool overlaps_backward(const OpConfig& c) { return kernel_traits(c).overlapped_backward; }
+bool uses_forward64(const OpConfig& c) { return kernel_traits(c).forward64; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;
@@ -649,6 +654,7 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
 std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
 std::size_t forward_smem_bytes(const OpConfig& c) {
+  if (traits(c).forward64) return kM3Forward64SmemBytes;
   return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state != 0);
 }
 

@@ -80,6 +80,11 @@ bool overlaps_reduce(const OpConfig& config);
 // True for the variant (v109) whose backward is launched programmatically beside the forward's
 // last jobs (its forward lets it launch; each backward job waits for its state's forward flag).
 bool overlaps_backward(const OpConfig& config);
+// True for the variant (v119) whose forward is m3_cp_forward64: a CTA per job of two chunks
+// (2 * chunk tokens) and head, (T / (2 chunk) + S) * H CTAs, forward_smem_bytes of dynamic shared
+// memory; its chain hands the states on through ws_dstates, which the workspace then has in
+// forward-only calls too, and its job table follows the chunk table in ws_schedule.
+bool uses_forward64(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

@@ -69,6 +69,8 @@ struct CallKernels {
   unsigned forward_ctas = 0, backward_ctas = 0;
   // Variants whose angle kernel runs in clusters (their size depends on the call).
   bool angle_clusters = false;
+  // The chunk-64 forward (v119): a CTA per job of two chunks.
+  bool forward64 = false;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -87,7 +89,8 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_angles = &kernel_for(scan_src, "m3_cp_angles", 0, capturing);
     k.angle_clusters = angle_cluster_size(config, std::numeric_limits<int64_t>::max()) > 1;
     k.forward_smem = static_cast<unsigned>(forward_smem_bytes(config));
-    k.cp_forward = &kernel_for(scan_src, "m3_cp_forward", k.forward_smem, capturing);
+    k.forward64 = uses_forward64(config);
+    k.cp_forward = &kernel_for(scan_src, k.forward64 ? "m3_cp_forward64" : "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
     const unsigned threads = static_cast<unsigned>(config.threads);
@@ -167,13 +170,16 @@ WorkspaceLayout workspace_layout(const OpConfig& run_config, const Problem& pb, 
   // M3_CP_FRAG_DSTATES, v27 on) reorder each final state's gradient into the slot after its
   // sequence's last chunk, which is past the chunks for the last sequence. The other
   // chunk-parallel variants leave the slot unused.
-  w.n_dstates = chunk_parallel && !forward_only ? w.n_states + H * P * N : 0;
+  // The chunk-64 forward (v119) hands its chain's states on through this piece, forward only too.
+  const bool forward64 = chunk_parallel && uses_forward64(run_config);
+  w.n_dstates = chunk_parallel && (!forward_only || forward64) ? w.n_states + H * P * N : 0;
   w.n_tail = chunk_parallel ? w.total_chunks * H * (A + 4) : 0;
   // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
   w.n_sync = chunk_parallel ? 2 + 3 * w.total_chunks * H + w.total_chunks : 0;
   // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
   // before it use 2).
-  w.n_schedule = chunk_parallel ? 8 * w.total_chunks : 0;
+  // The chunk-64 forward's job table (v119) follows, as long.
+  w.n_schedule = chunk_parallel ? (forward64 ? 16 : 8) * w.total_chunks : 0;
   // The forward's mixing matrices, C x C per chunk and head, for the backward (v69 on).
   const bool hands_mixing = chunk_parallel && !forward_only && stores_mixing(run_config);
   w.n_mixing = hands_mixing ? w.total_chunks * H * run_config.chunk * run_config.chunk : 0;
@@ -350,7 +356,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       const int64_t jobs = wl.total_chunks * H;
       return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
     };
-    lc.grid[0] = cp_grid(kernels.forward_ctas);
+    // The chunk-64 forward's jobs: sum ceil(L_i / (2 chunk)) <= T / (2 chunk) + S per head.
+    lc.grid[0] = kernels.forward64 ? static_cast<unsigned>((T / (2 * run_config.chunk) + S) * H)
+                                   : cp_grid(kernels.forward_ctas);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "../../kernel_src/m3_params.cuh"
 #include "driver_api.h"
 #include "jit.h"
 #include "kernel_registry.h"
@@ -212,7 +213,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}, {"v120", "v119"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -351,6 +352,21 @@ TEST_CASE("v117 is v103 with the forward's entering state bulk-copied, nothing e
   CHECK(reduce_source(v117).name == reduce_source(v103).name);
   CHECK(overlaps_reduce(v117));
   CHECK_FALSE(uses_persistent_forward(v117));
+}
+
+TEST_CASE("v119 is v103 with the chunk-64 forward, nothing else", "[registry]") {
+  const OpConfig v103 = parse_op_config("variant=v103"), v119 = parse_op_config("variant=v119");
+  KernelSource a = scan_source(v103, 8), b = scan_source(v119, 8);
+  CHECK(has_option(b, "-DM3_CP_FORWARD64=1"));
+  CHECK_FALSE(has_option(a, "-DM3_CP_FORWARD64=1"));
+  b.options.erase(std::remove(b.options.begin(), b.options.end(), "-DM3_CP_FORWARD64=1"), b.options.end());
+  CHECK(a.options == b.options);
+  CHECK(uses_forward64(v119));
+  CHECK_FALSE(uses_forward64(v103));
+  CHECK(forward_smem_bytes(v119) == static_cast<std::size_t>(kM3Forward64SmemBytes));
+  CHECK(backward_smem_bytes(v119) == backward_smem_bytes(v103));
+  CHECK(reduce_source(v119).name == reduce_source(v103).name);
+  CHECK_FALSE(uses_persistent_forward(v119));
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
