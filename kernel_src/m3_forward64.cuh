@@ -537,11 +537,26 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
     if (p.dz && p.dout) dr = ldg16(p.dout + idx);
     float y[8], zz[8], dd[8], vv[8];
     {
-      const float* y0 = s.y(0) + y_index(t, pc);
-      const float* y1 = s.y(1) + y_index(t, pc);
-      load_f32x8(y0, y);
+      // The token's eight lanes read 32-byte pieces of a 256-byte row: lanes 4 .. 7 take their
+      // second 16 bytes first, so that each 16-byte load meets 32 distinct banks (else two-way).
+      const int h0 = (item >> 2) & 1;
       float y2[8];
-      load_f32x8(y1, y2);
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int off = 4 * (part ^ h0);
+        const float4 a = *reinterpret_cast<const float4*>(s.y(0) + y_index(t, pc) + off);
+        const float4 b = *reinterpret_cast<const float4*>(s.y(1) + y_index(t, pc) + off);
+        // (part ^ h0) is 0 or 1 at run time: selects keep y and y2 in registers.
+        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (off == 0) {
+            y[j] = av[j], y2[j] = bv[j];
+          } else {
+            y[4 + j] = av[j], y2[4 + j] = bv[j];
+          }
+        }
+      }
       unpack_bf16x8(*reinterpret_cast<const uint4*>(s.v() + t * kVStride + pc), vv);
 #pragma unroll
       for (int j = 0; j < 8; ++j) y[j] = y[j] + y2[j] + skip[t] * vv[j];
