@@ -255,8 +255,9 @@ def test_bitwise_twin_variants(reference, variant, seq_lens, seed):
 def test_v119_chunk64_forward_is_v89_within_rounding_and_repeatable(seq_lens, seed):
     """v119's forward (jobs of two chunks on warpgroup products) computes v89's mathematics chunk
     by chunk with its products summed in other orders, and hands the backward the same states:
-    every result within rounding of v89's (relative L2 distance per tensor at most 2e-3, a fifth
-    of SPEC's tolerance), and bitwise the same from call to call."""
+    every result within rounding of v89's (relative L2 distance per tensor at most 5e-3, half of
+    SPEC's tolerance and the issue's bar: bf16 results whose fp32 values moved by rounding flip
+    an ulp here and there), and bitwise the same from call to call."""
     case = make_case(seq_lens, seed=seed, device="cuda")
     ref = _run(case, "v89")
     got = _run(case, "v119")
@@ -268,7 +269,7 @@ def test_v119_chunk64_forward_is_v89_within_rounding_and_repeatable(seq_lens, se
         if name == "final_angle_state":
             diff = torch.remainder(diff + torch.pi, 2 * torch.pi) - torch.pi
         dist = torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(a.double()).clamp_min(1e-30)
-        assert dist <= 2e-3, f"{name}: v119 against v89, relative L2 distance {dist:.2e}"
+        assert dist <= 5e-3, f"{name}: v119 against v89, relative L2 distance {dist:.2e}"
 
 
 @pytest.mark.parametrize("seq_lens,seed", [([959, 300, 0, 64, 1, 33], 409), ([4000, 17, 2900, 1], 419),
