@@ -13,6 +13,8 @@ t0=$(date +%s)
 bash tools/build.sh > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
 MAMBA3_JIT_LOG_LEVEL=debug timeout 120 python3 methods/results/run92/ncu_fwd.py c01 methods/versions/v120/solver.py \
   > $OUT/debug_call.log 2>&1; echo "debug call rc=$?"; grep -iE "occupancy|forward64|error" $OUT/debug_call.log | head -8
+timeout 120 python3 methods/results/run92/compare_model.py > $OUT/compare_model.log 2>&1
+echo "model comparison rc=$? $(( $(date +%s)-t0 ))s"; grep -E "final_ssm|WRONG" $OUT/compare_model.log | head -12
 timeout 240 python3 -m pytest -q tests/python/test_operator_gpu.py -k "v119 or v120" > $OUT/tests.log 2>&1
 rc=$?; echo "tests rc=$rc $(( $(date +%s)-t0 ))s"; grep -E "passed|failed|Error|assert" $OUT/tests.log | head -20
 timeout 100 python3 -m pytest -q tests/python/test_streams_graphs_gpu.py -k "v119" > $OUT/tests_streams.log 2>&1
