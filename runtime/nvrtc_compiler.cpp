@@ -230,6 +230,19 @@ const std::string& nvrtc_version() {
   return v;
 }
 
+std::string lines_containing(const std::string& text, const std::string& needle) {
+  std::string out;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    if (line.find(needle) != std::string::npos) out += (out.empty() ? "" : "\n") + line;
+    begin = end + 1;
+  }
+  return out;
+}
+
 CompileOutput compile_with_nvrtc(const KernelSource& src) {
   const auto start = std::chrono::steady_clock::now();
   const std::string arch = resolve_arch(src.arch);
@@ -277,6 +290,11 @@ CompileOutput compile_with_nvrtc(const KernelSource& src) {
     throw NvrtcError(what, log, path);
   }
   if (!log.empty()) logger().debug("NVRTC log for {}:\n{}", src.name, log);
+  // ptxas reports a serialized warpgroup product (and similar losses) only as an info line of a
+  // successful compile: it costs the kernel its overlap of products without failing anything, so
+  // it is said at warning level, with the lines that name it.
+  const std::string losses = lines_containing(log, "Potential Performance Loss");
+  if (!losses.empty()) logger().warn("ptxas reports a performance loss in {}:\n{}", src.name, losses);
 
   std::size_t cubin_size = 0;
   check_nvrtc(nvrtcGetCUBINSize(p.prog, &cubin_size), "nvrtcGetCUBINSize", src.name);

@@ -15,6 +15,9 @@ std::string resolve_arch(const std::string& arch);
 // Whitespace inside an option is kept because it can be significant (-DX="a  b").
 std::vector<std::string> normalize_options(const std::vector<std::string>& options);
 
+// The lines of `text` that contain `needle`, joined by newlines (empty if none).
+std::string lines_containing(const std::string& text, const std::string& needle);
+
 // Options every compile gets before the source's own. The CUDA include directories are added
 // after these; they are left out of the key because they name machine paths.
 std::vector<std::string> builtin_options(const std::string& arch);
