@@ -47,6 +47,28 @@ BACKWARD_PRODUCT_BYTES = {  # operands read once each (SS), transposed copies wh
 BACKWARD_TILE_WRITES = (4 * tile(C, N) + 7 * tile(C, C) + 3 * tile(P, N))  # qr, ks, their transposes; 16 KB tiles; states
 BACKWARD_EPILOGUES = 1000
 
+# v119 as built (kernel_src/m3_forward64.cuh), counted by hand from its code per job of 64 tokens:
+# shared-memory wavefronts (the bank model's floor unless noted), then global ones at 128 bytes each.
+V119_SHARED = {
+    "QR, KS stores (16-byte, conflict-free)": wf(2 * tile(C, N)),
+    "angle tile written, read by the staging": 128,
+    "v tile (bf16) stores": wf(C * P * 2),
+    "KS^T: read back from KS (2-way) and stored": 512 + wf(tile(N, C)),
+    "U: KS^T read by the products": wf(tile(N, C)),
+    "U: register operands (v bf16 and weights, scalar loads, 48 a thread)": 8 * 48,
+    "scores: QR read by both warpgroups, KS once": wf(2 * tile(C, N) + tile(C, N)),
+    "M: stores (2-way) and the decays' loads": 128 + 128,
+    "y inter: QR read (each warpgroup its 64 columns)": wf(tile(C, N)),
+    "y: decay loads, intra operands (16 a thread), M's diagonal blocks": 128 + 8 * 16 + wf(2 * tile(32, 32)),
+    "y tiles: accumulator stores, epilogue reads; v reads": wf(2 * tile(C, P)) * 2 + wf(C * P * 2),
+}
+V119_GLOBAL = {
+    "chain: Z_j in, Z_end out (fragment order)": wf(2 * tile(P, N)),
+    "row-major states for the backward (Z_mid, Z_end)": wf(2 * tile(P, N)),
+    "Z_j read again for y": wf(tile(P, N)),
+    "q, k rows; v; z, dout; output, dz": wf(2 * C * N * 2 + C * P * 2 * 5),
+}
+
 TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
 SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
 JOBS_32, SMS = 4768, 132
@@ -70,6 +92,13 @@ def main() -> None:
         budget = [SHARE_US[key] * 1e-6 * SMS / JOBS_32 * ghz * 1e9 for ghz in (1.75, 1.98)]
         print(f"{name}: {per32:.0f} per 32 tokens against {TODAY_PER_32[key]} today "
               f"({TODAY_PER_32[key] / per32:.1f}x fewer); budget at 300x {budget[0]:.0f} to {budget[1]:.0f}")
+    shared, glob = sum(V119_SHARED.values()), sum(V119_GLOBAL.values())
+    print("v119 as built, wavefronts a job of 64 tokens (counted from the code, not measured):")
+    for k, v in list(V119_SHARED.items()) + list(V119_GLOBAL.items()):
+        print(f"  {k:72s} {v:6.0f}")
+    print(f"  shared {shared:.0f}, global {glob:.0f}: {(shared + glob) / 2:.0f} per 32 tokens against "
+          f"{TODAY_PER_32['forward']} today ({TODAY_PER_32['forward'] / ((shared + glob) / 2):.1f}x fewer)")
+
 
 if __name__ == "__main__":
     main()
