@@ -405,7 +405,14 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
 #pragma unroll
     for (int jb = 0; jb < 8; ++jb) zout[32 * jb] = make_float4(u1[4 * jb], u1[4 * jb + 1], u1[4 * jb + 2], u1[4 * jb + 3]);
   }
-  publish(forward_flags(p) + slot1);  // (its barrier also orders both warpgroups' U before the y tiles)
+  // The flag sits at the job's second chunk, which the last job of a sequence may not have (its
+  // slot can lie past the forward flags, in the backward's): only a job with a successor raises it.
+  // Either way the barrier also orders both warpgroups' U before the y tiles go over KS^T.
+  if (!last) {
+    publish(forward_flags(p) + slot1);
+  } else {
+    __syncthreads();
+  }
   store_state_rows(u1, last ? p.final_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N
                             : p.ws_states + slot2 * P * N,
                    wg, wq, g, i);

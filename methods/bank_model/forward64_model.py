@@ -159,7 +159,7 @@ def angle_carries(inp):
     return carries
 
 
-def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
+def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base):
     H = inp.H
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
     jobs = (slen + JOB - 1) // JOB
@@ -167,6 +167,11 @@ def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
     length = min(JOB, slen - a)
     last = rnd == jobs - 1
     slot0 = chunk_base + 2 * rnd           # (chunk index; the kernel's slot is chunk * H + h)
+    capacity = inp.T // C + inp.S           # the workspace's chunk capacity (torch_ops.cpp)
+
+    def in_range(chunk, what, spare=0):
+        # ws_phi, ws_states and the forward flags have `capacity` chunks of H slots; ws_dstates one more.
+        assert 0 <= chunk < capacity + spare, f"{what}: chunk {chunk} outside the workspace's {capacity + spare}"
     smem = np.zeros(98304 // 4, f32)
     vtile = np.zeros((JOB, V_STRIDE), f32)
     vec = {n: np.zeros(JOB, f32) for n in ("cl", "e", "wb", "skip", "sc", "gam")}
@@ -209,6 +214,8 @@ def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
                 th = (f32(math.pi) * np.tanh(inp.angles[tg, h, i0:i0 + 8])).astype(f32)
                 x[lane] = th * inp.dt[h, tg]
         x = np.cumsum(x, axis=0, dtype=f32)
+        if 32 * half < length:
+            in_range(slot0 + half, "ws_phi read")
         carry = carries[(slot0 + half, h)][i0:i0 + 8] if 32 * half < length else np.zeros(8, f32)
         for lane in range(32):
             t = 32 * half + lane
@@ -282,8 +289,11 @@ def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
                 b = read_operand(smem, kstep(K_R2 + 8192 * wg, N, 4 * half + k), 64)
                 wgmma(u, 64, a_from_registers(f[k]), b)
 
-    # the chain
+    # the chain: wait for the predecessor's flag, raise this job's (only with a successor)
     second = length > C
+    if rnd > 0:
+        assert (slot0 - 1, h) in flags, f"job ({seq}, {rnd}, {h}) waits on a flag nobody raised"
+        in_range(slot0, "ws_dstates read", spare=1)
     zin = ws_chain.get((slot0, h))
     for wg in range(2):
         for x in range(128):
@@ -302,6 +312,9 @@ def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
                 for jb in range(8):
                     zout[(((4 * wg + wq) * 8 + jb) * 32 + lane) * 4:][:4] = u1[wg][x][4 * jb:4 * jb + 4]
         ws_chain[(slot0 + 2, h)] = zout
+        in_range(slot0 + 2, "ws_dstates write", spare=1)
+        in_range(slot0 + 1, "forward flag")
+        flags.add((slot0 + 1, h))
 
     def store_state_rows(z, dst):
         for wg in range(2):
@@ -326,7 +339,9 @@ def run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base):
         st = np.zeros((P, N), f32)
         store_state_rows(u1, st)
         ws_states[(slot0 + 2, h)] = st
+        in_range(slot0 + 2, "ws_states write")
     if second:
+        in_range(slot0 + 1, "ws_states write")
         st = np.zeros((P, N), f32)
         store_state_rows(u0, st)
         ws_states[(slot0 + 1, h)] = st
@@ -418,10 +433,10 @@ def model_forward(case):
     for s in range(S):
         chunk_base.append(base)
         base += (inp.cu[s + 1] - inp.cu[s] + C - 1) // C
-    ws_chain, ws_states = {}, {}
+    ws_chain, ws_states, flags = {}, {}, set()
     for seq, rnd in schedule(inp.cu, JOB):  # ticket order: a job's predecessor always ran before it
         for h in range(H):
-            run_job(inp, out, ws_chain, ws_states, carries, seq, rnd, h, chunk_base[seq])
+            run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base[seq])
     return out, ws_states, chunk_base
 
 

@@ -1,8 +1,8 @@
 """The CPU model of v119's forward job (methods/bank_model/forward64_model.py) against the float64
 reference: the kernel's index scheme (swizzled tiles read through wgmma descriptors at sub-tile
 offsets, fragment layouts, KS^T's permuted rows, the quad shuffle transpose, the y tiles' XOR, the
-job table's round order and the chain's slots) gives the right outputs, final states and the
-states the backward reads. No GPU: it guards the scheme while the kernel is changed; the GPU tests
+job table's round order and the chain's slots and flags, all inside the workspace) gives the right
+outputs, final states and the states the backward reads. No GPU: it guards the scheme while the kernel is changed; the GPU tests
 check the kernel itself."""
 import importlib.util
 from pathlib import Path
@@ -17,7 +17,9 @@ model = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(model)
 
 
-@pytest.mark.parametrize("lens,heads,seed", [([150, 33, 64, 1, 0, 97], 2, 7), ([300, 65], 1, 3)])
+# [65]: the sequence's chunks fill the workspace's capacity (T / 32 + S), so a slot past the last
+# chunk is outside it (the model asserts every workspace slot and flag a job touches is inside).
+@pytest.mark.parametrize("lens,heads,seed", [([150, 33, 64, 1, 0, 97], 2, 7), ([300, 65], 1, 3), ([65], 1, 5)])
 def test_forward64_scheme_matches_the_reference(lens, heads, seed):
     case = make_case(lens, seed=seed, H=heads)
     out, ws_states, chunk_base = model.model_forward(case)
