@@ -6,7 +6,6 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
