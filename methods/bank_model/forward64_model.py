@@ -107,10 +107,6 @@ def wgmma(regs, cols, a_mat, b_mat):
     from_matrix(d, regs)
 
 
-def bf16(x):
-    return torch.tensor(np.asarray(x, f32)).to(torch.bfloat16).float().numpy()
-
-
 class Inputs:
     def __init__(self, case):
         self.q = case["q"][0, :, 0].float().numpy()
