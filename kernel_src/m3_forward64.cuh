@@ -30,7 +30,7 @@
 //      its half's intra part, into two fp32 tiles;
 //   6. every thread: the sum, the skip term, the gate, output and dz.
 // The order keeps the job within 128 registers (two CTAs an SM) with no product serialized
-// (ptxas: 56 bytes of stack, 20 bytes of spill stores); held across the chain, the scores'
+// (ptxas: 48 bytes of stack, 16 bytes of spill stores); held across the chain, the scores'
 // accumulators pushed it past 128 and ptxas serialized every product.
 // KS^T's rows are stored permuted (position 8b + 2i holds state column 8b + i, 8b + 2i + 1 holds
 // 8b + i + 4, i < 4), so that U's accumulator, and with it Z, holds for each block of eight
