@@ -69,6 +69,32 @@ V119_GLOBAL = {
     "q, k rows; v; z, dout; output, dz": wf(2 * C * N * 2 + C * P * 2 * 5),
 }
 
+# The chain-free backward the design note proposes, split over two CTAs per 64-token job, and the
+# forward's V_j: counted by hand from the design (no code yet), the same conventions.
+SPLIT_DQR_SIDE = {
+    "staging QR, KS (stores); KS^T read back and stored": wf(2 * tile(C, N)) + 768,
+    "v (fp32) and dy tiles, angle tile": wf(2 * tile(C, P)) + 128,
+    "scores (QR by both warpgroups, KS once)": wf(3 * tile(C, N)),
+    "dM = dy v^T (dy operands by scalar loads, v read)": 256 + wf(tile(C, P)) / 2,
+    "dM * W tile (stores, two-way) and dc's sums": 256 + 64,
+    "dqr^T inter (dy read) and intra (KS^T, dM * W read)": wf(tile(C, P)) + wf(tile(N, C)) + 128,
+    "qr in the accumulator's layout (u, the rotation), angles for the inverse rotation": 512 + 256,
+    "dqh out through shared memory (transposed to rows of tokens)": 256,
+}
+SPLIT_DQR_GLOBAL = {"S_h^T of both halves in": wf(2 * tile(P, N)), "q, k, v, z, dout rows; dqh out": 512}
+SPLIT_DKS_DV_SIDE = {
+    "staging QR, KS; QR^T read back and stored": wf(2 * tile(C, N)) + 768,
+    "v, dy, dy^T tiles (dy^T by a transposing pass)": wf(3 * tile(C, P)) + 256,
+    "transposed scores S^T = KS QR^T": wf(3 * tile(C, N)),
+    "dM^T = v dy^T, (dM * W)^T tile": 384 + 256,
+    "dks^T intra (QR^T, (dM * W)^T read) and state (v read)": wf(tile(N, C)) + 128 + wf(tile(C, P)),
+    "dv intra (dy^T read) and state (KS read; dS by bulk copy)": wf(tile(P, C)) + wf(tile(C, N)),
+    "epilogues: dsc, dkr, inverse rotation, dkh out transposed, dv out": 1000,
+}
+SPLIT_DKS_DV_GLOBAL = {"dS^T in (registers), dS by bulk copy (no LSU)": wf(tile(P, N)), "rows in, dkh and dv out": 640}
+FORWARD_VJ = {"QR^T built after U (read back, stored)": 768, "dy tile and its operands": 128 + 256,
+              "the product's B reads (QR^T)": wf(tile(N, C)), "V_j out (global)": wf(tile(P, N))}
+
 TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
 SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
 JOBS_32, SMS = 4768, 132
@@ -98,6 +124,20 @@ def main() -> None:
         print(f"  {k:72s} {v:6.0f}")
     print(f"  shared {shared:.0f}, global {glob:.0f}: {(shared + glob) / 2:.0f} per 32 tokens against "
           f"{TODAY_PER_32['forward']} today ({TODAY_PER_32['forward'] / ((shared + glob) / 2):.1f}x fewer)")
+
+    dqr = sum(SPLIT_DQR_SIDE.values()) + sum(SPLIT_DQR_GLOBAL.values())
+    dks = sum(SPLIT_DKS_DV_SIDE.values()) + sum(SPLIT_DKS_DV_GLOBAL.values())
+    vj = sum(FORWARD_VJ.values())
+    print("chain-free backward, split over two CTAs, wavefronts a job of 64 tokens (counted from the design):")
+    for k, v in list(SPLIT_DQR_SIDE.items()) + list(SPLIT_DQR_GLOBAL.items()):
+        print(f"  dqr side: {k:62s} {v:6.0f}")
+    for k, v in list(SPLIT_DKS_DV_SIDE.items()) + list(SPLIT_DKS_DV_GLOBAL.items()):
+        print(f"  dks/dv side: {k:59s} {v:6.0f}")
+    print(f"  dqr side {dqr:.0f}, dks/dv side {dks:.0f}; the forward's V_j {vj:.0f}")
+    total32 = (shared + glob + vj + dqr + dks) / 2
+    today32 = TODAY_PER_32["forward"] + TODAY_PER_32["backward"]
+    print(f"forward (v119 + V_j) and backward per 32 tokens: {total32:.0f} against {today32} today "
+          f"({today32 / total32:.1f}x fewer)")
 
 
 if __name__ == "__main__":
