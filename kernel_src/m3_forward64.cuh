@@ -472,6 +472,11 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
+    // The chain's copy of Z_j has been read for the last time (the backward only writes its slot,
+    // later): its dirty lines leave L2 without a write-back to HBM, 32 KB a job (v103 does the same
+    // with the states its backward has read). A warp read 32 lines of its own; a lane drops one.
+    // Not for a sequence's first job: its slot is no copy but the previous sequence's spare one.
+    if (job.round > 0) discard_l2_line(zin - lane + 8 * lane);
   }
   m3wg::wgmma_fence();
 #pragma unroll
