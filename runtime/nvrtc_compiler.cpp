@@ -232,13 +232,8 @@ const std::string& nvrtc_version() {
 
 std::string lines_containing(const std::string& text, const std::string& needle) {
   std::string out;
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    std::size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
+  for (const auto& line : split_lines(text)) {
     if (line.find(needle) != std::string::npos) out += (out.empty() ? "" : "\n") + line;
-    begin = end + 1;
   }
   return out;
 }
