@@ -27,21 +27,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from mamba3_jit.reference import RESULT_NAMES, case_args, make_case, reference_fwd_vjp  # noqa: E402
+from mamba3_jit.reference import RESULT_NAMES, _rotate, case_args, make_case, reference_fwd_vjp  # noqa: E402
 
 C = 32
 PI = math.pi
-
-
-def rotate(x, phi, sign=1.0):
-    """R(sign * phi) on the pairs (2i, 2i + 1), i < A; x (L, N), phi (L, A)."""
-    A = phi.shape[1]
-    c, s = torch.cos(phi), sign * torch.sin(phi)
-    out = x.clone()
-    x0, x1 = x[:, 0:2 * A:2], x[:, 1:2 * A:2]
-    out[:, 0:2 * A:2] = x0 * c - x1 * s
-    out[:, 1:2 * A:2] = x0 * s + x1 * c
-    return out
 
 
 def sequence_head(inp, s, h):
@@ -61,7 +50,7 @@ def sequence_head(inp, s, h):
     f["qh"], f["kh"] = inp["q"][t] + inp["q_bias"][h], inp["k"][t] + inp["k_bias"][h]
     f["qkraw"] = (f["qh"] * f["kh"]).sum(-1)
     f["qk"] = f["qkraw"] * f["gam"]
-    f["qr"], f["kr"] = rotate(f["qh"], f["phi"]), rotate(f["kh"], f["phi"])
+    f["qr"], f["kr"] = _rotate(f["qh"], f["phi"]), _rotate(f["kh"], f["phi"])
     f["ks"] = f["sc"][:, None] * f["kr"]
     f["v"], f["z"], f["dout"] = inp["v"][t, h], inp["z"][t, h], inp["dout"][t, h]
     f["d"] = inp["d"][h]
@@ -174,8 +163,8 @@ def backward_model(case):
             qr, kr = f["qr"], f["kr"]
             dphi = (qr[:, 0:2 * A:2] * dqr[:, 1:2 * A:2] - qr[:, 1:2 * A:2] * dqr[:, 0:2 * A:2]
                     + kr[:, 0:2 * A:2] * dkr[:, 1:2 * A:2] - kr[:, 1:2 * A:2] * dkr[:, 0:2 * A:2])
-            g["dqh"][t, h] = rotate(dqr, f["phi"], -1.0) + (dqk * f["gam"])[:, None] * f["kh"]
-            g["dkh"][t, h] = rotate(dkr, f["phi"], -1.0) + (dqk * f["gam"])[:, None] * f["qh"]
+            g["dqh"][t, h] = _rotate(dqr, -f["phi"]) + (dqk * f["gam"])[:, None] * f["kh"]
+            g["dkh"][t, h] = _rotate(dkr, -f["phi"]) + (dqk * f["gam"])[:, None] * f["qh"]
             g["dv"][t, h] = dv
             dgam = dqk * f["qkraw"] + dsc
             ddt = dsc * f["p"]

@@ -25,21 +25,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from mamba3_jit.reference import case_args, make_case, reference_fwd_vjp  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mamba3_jit.reference import _token_terms, case_args, make_case, reference_fwd_vjp  # noqa: E402
+from sw128_banks import permuted as permuted_column, sw128_index  # noqa: E402  (the kernel's swizzle and KS^T order)
 
 C, JOB, N, P, A, NT = 32, 64, 128, 64, 32, 256
 K_QR, K_R1, K_R2 = 0, 32768, 65536          # byte offsets of the regions (m3f64 enum)
 V_STRIDE, PHI_STRIDE = 72, 36
 f32 = np.float32
-
-
-def sw128_index(rows, r, k):
-    return (k >> 5) * rows * 32 + r * 32 + ((((k >> 2) & 7) ^ (r & 7)) << 2) + (k & 3)
-
-
-def permuted_column(n):
-    i = n & 7
-    return (n & ~7) | (2 * i if i < 4 else 2 * (i - 4) + 1)
 
 
 def y_index(t, p):
@@ -437,31 +430,24 @@ def model_forward(case):
 
 
 def reference_states(case, chunk_base):
-    """The state entering every chunk of 32 after a sequence's first, by the float64 recurrence."""
+    """The state entering every chunk of 32 after a sequence's first, by the float64 recurrence on
+    the reference's own per-token terms."""
     q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu = [x.double() if x.is_floating_point() else x
                                                                    for x in case_args(case)[:12]]
     states = {}
     cu = cu.tolist()
     for s in range(len(cu) - 1):
         st, L = cu[s], cu[s + 1] - cu[s]
+        if L == 0:
+            continue
+        t = torch.arange(st, st + L)
+        ks = _token_terms(q[0, t], k[0, t], v[0, t], dt[0][:, t], trap[0][:, t], q_bias, k_bias, angles[0, t], None)[5]
         for h in range(v.shape[2]):
-            t = torch.arange(st, st + L)
-            th = math.pi * torch.tanh(angles[0, t, h])
-            phi = torch.cumsum(th * dt[0, h, t][:, None], 0)
-            kh = k[0, t, 0] + k_bias[h]
-            kr = kh.clone()
-            c, sn = torch.cos(phi), torch.sin(phi)
-            kr[:, 0:2 * A:2] = kh[:, 0:2 * A:2] * c - kh[:, 1:2 * A:2] * sn
-            kr[:, 1:2 * A:2] = kh[:, 0:2 * A:2] * sn + kh[:, 1:2 * A:2] * c
-            p = torch.sigmoid(trap[0, h, t])
-            gam = torch.zeros(L, dtype=torch.float64)
-            gam[:-1] = dt[0, h, t[1:]] * (1 - p[1:])
-            ks = (dt[0, h, t] * p + gam)[:, None] * kr
             cum = torch.cumsum(adt[0, h, t], 0)
             for j in range(1, (L + C - 1) // C):
                 e = j * C - 1  # the state after token e enters chunk j
                 w = torch.exp(cum[e] - cum[:e + 1])
-                states[(chunk_base[s] + j, h)] = (v[0, t[:e + 1], h] * w[:, None]).T @ ks[:e + 1]
+                states[(chunk_base[s] + j, h)] = (v[0, t[:e + 1], h] * w[:, None]).T @ ks[h, :e + 1]
     return states
 
 
