@@ -328,10 +328,6 @@ M3_DEV void v_fragments(const Smem64& s, const float* w, float (&f)[4][4], int p
     f[k][3] = w4 * v_at(s, s0 + 4, p0 + 8);
   }
 }
-template <int Half>
-M3_DEV void v_fragments(const Smem64& s, const float* w, float (&f)[4][4], int p0, int i) {
-  v_fragments(s, w, f, p0, i, 32 * Half);
-}
 
 M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) {
   const int H = p.H, tid = threadIdx.x;
@@ -366,13 +362,13 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   // (written between them, ptxas fences every product and serializes them).
   {
     float f[4][4];
-    v_fragments<0>(s, s.vec(kWb), f, p0, i);
+    v_fragments(s, s.vec(kWb), f, p0, i, 0);
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       m3wg::wgmma_m64n64k8_tf32_rs(u0, f[k][0], f[k][1], f[k][2], f[k][3], m3wg::sw128_kstep(r2_a + 8192 * wg, N, k));
     }
-    v_fragments<1>(s, s.vec(kWb), f, p0, i);
+    v_fragments(s, s.vec(kWb), f, p0, i, 32);
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
