@@ -216,6 +216,12 @@ using Tile = RegTile<M, NC, TM, TN, NT>;
 #ifndef M3_CP_HEAD_CLUSTERS
 #define M3_CP_HEAD_CLUSTERS 0
 #endif
+// M3_CP_BACKWARD64Q (v121): m3_cp_backward64q (m3_backward64q.cuh), launched before the backward,
+// has written every token's per-head dq and the dq half of every chunk's bias partials; the
+// backward leaves both alone.
+#ifndef M3_CP_BACKWARD64Q
+#define M3_CP_BACKWARD64Q 0
+#endif
 #if M3_LDMATRIX && (!M3_USE_MMA || M3_SPLIT_TF32)
 #error "M3_LDMATRIX feeds the plain tf32 tensor-core products"
 #endif
@@ -1835,7 +1841,9 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         store_f32x8(s.kr + t * LDN + 8 * o, dkh);
 #else
         const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
+#if !M3_CP_BACKWARD64Q
         store_f32x8(p.ws_dqh + base, dqh);
+#endif
         store_f32x8(p.ws_dkh + base, dkh);
 #endif
       }
@@ -2075,7 +2083,7 @@ M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const
 #endif
   __syncthreads();
   float* part = p.ws_partial + row * (2 * N + 1);
-  for (int c = tid; c < 2 * N; c += NT) {
+  for (int c = M3_CP_BACKWARD64Q ? N + tid : tid; c < 2 * N; c += NT) {
     float acc = 0.f;
     for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
     part[c] = acc;

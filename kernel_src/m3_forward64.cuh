@@ -133,9 +133,13 @@ M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
   return Job64{words[0], words[1], words[2], words[3], words[4], words[5]};
 }
 
+// The staging below is written against a layout's accessors (Smem64 here, m3_backward64q.cuh's
+// SmemQ), so that the q side of the backward stages its tiles with the same code.
+
 // Per-token scalars of one half (a warp, a lane per token): v103's load_chunk formulas, the
 // chunk-local cumsum by the same warp scan.
-M3_DEV void token_scalars(const M3Params& p, const Job64& job, const Smem64& s, int half, int a, int len) {
+template <class Tiles>
+M3_DEV void token_scalars(const M3Params& p, const Job64& job, const Tiles& s, int half, int a, int len) {
   const int lane = threadIdx.x & 31, t = 32 * half + lane, T = p.T;
   const int half_len = max(0, min(32, len - 32 * half));
   float adt = 0.f, dt = 0.f, pt = 0.f, gam = 0.f;
@@ -161,7 +165,8 @@ M3_DEV void token_scalars(const M3Params& p, const Job64& job, const Smem64& s, 
 // The angle sums phi[t][i] of the job's tokens into the angle tile: warp w scans angle indices
 // 8 (w % 4) .. + 7 of half w / 4, a lane per token, by v103's scan (warp_inclusive_scan_n) from
 // the half's carry in ws_phi.
-M3_DEV void angle_sums(const M3Params& p, const Job64& job, const Smem64& s, int a, int len, long long slot0) {
+template <class Tiles>
+M3_DEV void angle_sums(const M3Params& p, const Job64& job, const Tiles& s, int a, int len, long long slot0) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int half = warp >> 2, i0 = 8 * (warp & 3), t = 32 * half + lane;
   const bool live = t < len;
@@ -192,7 +197,8 @@ M3_DEV void angle_sums(const M3Params& p, const Job64& job, const Smem64& s, int
 // q and k rows: 16 lanes per token, 8 consecutive columns a lane; biased, rotated (pairs below A),
 // k scaled; QR and KS rows as 16-byte stores into the swizzled tiles. Also qk raw (the skip
 // coefficient) and, for the sequence's last token, final_k (kr unscaled).
-M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Smem64& s, int a, int len, bool last) {
+template <class Tiles>
+M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a, int len, bool last) {
   const int tid = threadIdx.x, o = tid & 15, r0 = tid >> 4;
   constexpr int PASSES = kJob / (NT / 16);
   const float dh = p.d[job.h];

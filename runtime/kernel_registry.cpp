@@ -72,7 +72,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v113", 32, 256}, OpConfig{"v114", 32, 256},
                                                 OpConfig{"v115", 32, 256}, OpConfig{"v116", 32, 256},
                                                 OpConfig{"v117", 32, 256}, OpConfig{"v118", 32, 256},
-                                                OpConfig{"v119", 32, 256}, OpConfig{"v120", 32, 256}};
+                                                OpConfig{"v119", 32, 256}, OpConfig{"v120", 32, 256},
+                                                OpConfig{"v121", 32, 256}, OpConfig{"v122", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -109,7 +110,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v106", "v105", "v8"}, {"v108", "v107", "v8"},
                               {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"},
                               {"v116", "v115", "v8"},
-                              {"v118", "v117", "v8"}, {"v120", "v119", "v8"}};
+                              {"v118", "v117", "v8"}, {"v120", "v119", "v8"},
+                              {"v122", "v121", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -313,11 +315,15 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_FWD_GLOBAL_STATE=2), the backward v103's; states bitwise v89's, the forward's outputs
 // within rounding (its inter-chunk product sums in other groups of eight); v117: v103 whose
 // forward takes its entering state into the shared tile by bulk copies of the TMA engine, off the
-// L1 data pipe (M3_CP_BULK_STATE), results bitwise v89's.
+// L1 data pipe (M3_CP_BULK_STATE), results bitwise v89's; v119: v103 whose forward is the
+// chunk-64 job on warpgroup products (M3_CP_FORWARD64, m3_cp_forward64), results within rounding;
+// v121: v119 whose per-head dq and dq_bias partials come from the q side of a chunk-64 backward on
+// warpgroup products, launched between the forward and the backward, which leaves them alone
+// (M3_CP_BACKWARD64Q, m3_cp_backward64q), results within rounding.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
-// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116 and
-// v118 have no kernels of their own (kDispatch).
+// v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
+// v120 and v122 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -376,6 +382,7 @@ struct VariantTraits {
   int forward_ctas = 0;             // M3_CP_FORWARD_MIN_CTAS where set: 3 (v113, v115)
   bool bulk_state = false;          // v117
   bool forward64 = false;           // v119
+  bool backward64q = false;         // v121
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -455,7 +462,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v115", "v103", nullptr, nullptr, &VariantTraits::fwd_global_state, 2, nullptr,
                                      &VariantTraits::forward_ctas, 3},
                                     {"v117", "v103", &VariantTraits::bulk_state},
-                                    {"v119", "v103", &VariantTraits::forward64}};
+                                    {"v119", "v103", &VariantTraits::forward64},
+                                    {"v121", "v119", &VariantTraits::backward64q}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -576,6 +584,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.forward_ctas) src.options.push_back("-DM3_CP_FORWARD_MIN_CTAS=" + std::to_string(tr.forward_ctas));
   if (tr.bulk_state) src.options.push_back("-DM3_CP_BULK_STATE=1");
   if (tr.forward64) src.options.push_back("-DM3_CP_FORWARD64=1");
+  if (tr.backward64q) src.options.push_back("-DM3_CP_BACKWARD64Q=1");
   src.arch = arch;
   return src;
 }
@@ -596,6 +605,7 @@ bool uses_one_reduce_launch(const OpConfig& c) { return kernel_traits(c).one_red
 bool overlaps_reduce(const OpConfig& c) { return kernel_traits(c).overlapped_reduce; }
 bool overlaps_backward(const OpConfig& c) { return kernel_traits(c).overlapped_backward; }
 bool uses_forward64(const OpConfig& c) { return kernel_traits(c).forward64; }
+bool uses_backward64q(const OpConfig& c) { return kernel_traits(c).backward64q; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;

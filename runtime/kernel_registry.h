@@ -85,6 +85,10 @@ bool overlaps_backward(const OpConfig& config);
 // memory; its chain hands the states on through ws_dstates, which the workspace then has in
 // forward-only calls too, and its job table follows the chunk table in ws_schedule.
 bool uses_forward64(const OpConfig& config);
+// True for the variant (v121) that launches m3_cp_backward64q between the forward and the
+// backward: the chunk-64 forward's grid, kM3Backward64qSmemBytes of dynamic shared memory; it
+// writes ws_dqh and the dq half of ws_partial, which that variant's backward then leaves alone.
+bool uses_backward64q(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

@@ -71,6 +71,8 @@ struct CallKernels {
   bool angle_clusters = false;
   // The chunk-64 forward (v119): a CTA per job of two chunks.
   bool forward64 = false;
+  // The q side of the chunk-64 backward (v121), launched between the forward and the backward.
+  const LoadedKernel* cp_backward64q = nullptr;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -93,6 +95,10 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_forward = &kernel_for(scan_src, k.forward64 ? "m3_cp_forward64" : "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
+    if (uses_backward64q(config)) {
+      k.cp_backward64q = &kernel_for(scan_src, "m3_cp_backward64q", kM3Backward64qSmemBytes, capturing);
+      k.cp_backward64q->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64qSmemBytes);
+    }
     const unsigned threads = static_cast<unsigned>(config.threads);
     k.cp_forward->log_occupancy(threads, k.forward_smem);
     k.cp_backward->log_occupancy(threads, k.backward_smem);
@@ -357,8 +363,8 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
     };
     // The chunk-64 forward's jobs: sum ceil(L_i / (2 chunk)) <= T / (2 chunk) + S per head.
-    lc.grid[0] = kernels.forward64 ? static_cast<unsigned>((T / (2 * run_config.chunk) + S) * H)
-                                   : cp_grid(kernels.forward_ctas);
+    const unsigned grid64 = static_cast<unsigned>((T / (2 * run_config.chunk) + S) * H);
+    lc.grid[0] = kernels.forward64 ? grid64 : cp_grid(kernels.forward_ctas);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;
     kernels.cp_forward->launch(lc, args);
@@ -366,6 +372,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
     if (forward_only) return {output, final_angle, final_ssm, final_k, final_v};
     allocate_gradients();
     stages.mark("gradient allocations");
+    if (kernels.cp_backward64q != nullptr) {
+      // One CTA per entry of the same job table; no tickets, the jobs are independent.
+      lc.grid[0] = grid64;
+      lc.dynamic_smem = kM3Backward64qSmemBytes;
+      kernels.cp_backward64q->launch(lc, args);
+      stages.mark("backward64q launch");
+    }
     lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
     lc.cluster[0] = head_cluster;  // divides H, and so the grid of total_chunks * H CTAs

@@ -95,6 +95,24 @@ SPLIT_DKS_DV_GLOBAL = {"dS^T in (registers), dS by bulk copy (no LSU)": wf(tile(
 FORWARD_VJ = {"QR^T built after U (read back, stored)": 768, "dy tile and its operands": 128 + 256,
               "the product's B reads (QR^T)": wf(tile(N, C)), "V_j out (global)": wf(tile(P, N))}
 
+# v121's q side as built (kernel_src/m3_backward64q.cuh, dq only: no scores, no dc or dphi terms yet),
+# counted by hand from its code per job of 64 tokens, the same conventions.
+V121Q_SHARED = {
+    "angle tile written, read by the staging": 128,
+    "QR, KS stores (16-byte, conflict-free)": wf(2 * tile(C, N)),
+    "dy, v tiles (fp32, 16-byte stores)": wf(2 * tile(C, P)),
+    "dM = dy v^T: dy read by both warpgroups, v once": wf(2 * tile(C, P) + tile(C, P)),
+    "dM W: stores (8-byte, two-way) and the decays' loads": 2 * wf(tile(C, C) / 2) + 64,
+    "dqr^T inter: dy read (each warpgroup both halves)": wf(2 * tile(C, P)),
+    "dqr^T intra: dM W read; KS^T operands from KS (8-byte, two-way)": wf(2 * tile(C, C) / 2) + 2 * wf(tile(C, N)),
+    "epilogue: e, angle, dy . v and gamma loads": 192,
+}
+V121Q_GLOBAL = {
+    "S_h of both halves (row-major, 8-byte loads in full sectors)": wf(2 * tile(P, N)),
+    "dqh out (8-byte stores, full sectors)": wf(tile(C, N)),
+    "q, k, v, z, dout rows (bf16); k pairs again in the epilogue": wf(2 * C * N * 2 + 3 * C * P * 2) + wf(C * N * 2),
+}
+
 TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
 SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
 JOBS_32, SMS = 4768, 132
@@ -124,6 +142,12 @@ def main() -> None:
         print(f"  {k:72s} {v:6.0f}")
     print(f"  shared {shared:.0f}, global {glob:.0f}: {(shared + glob) / 2:.0f} per 32 tokens against "
           f"{TODAY_PER_32['forward']} today ({TODAY_PER_32['forward'] / ((shared + glob) / 2):.1f}x fewer)")
+
+    q_shared, q_glob = sum(V121Q_SHARED.values()), sum(V121Q_GLOBAL.values())
+    print("v121's q side as built (dq only), wavefronts a job of 64 tokens (counted from the code, not measured):")
+    for k, v in list(V121Q_SHARED.items()) + list(V121Q_GLOBAL.items()):
+        print(f"  {k:72s} {v:6.0f}")
+    print(f"  shared {q_shared:.0f}, global {q_glob:.0f}: {(q_shared + q_glob) / 2:.0f} per 32 tokens")
 
     dqr = sum(SPLIT_DQR_SIDE.values()) + sum(SPLIT_DQR_GLOBAL.values())
     dks = sum(SPLIT_DKS_DV_SIDE.values()) + sum(SPLIT_DKS_DV_GLOBAL.values())

@@ -148,20 +148,17 @@ def angle_carries(inp):
     return carries
 
 
-def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base):
-    H = inp.H
+def stage_job(inp, carries, seq, rnd, h, chunk_base, smem, phi_offset, in_range):
+    """token_scalars, angle_sums (the angle tile at byte phi_offset), stage_v and stage_qk (QR at
+    K_QR, KS at K_R1) of one job into `smem`: the staging m3_cp_forward64 and m3_cp_backward64q share.
+    Returns the per-token vectors, the halves' decays, the bf16 v tile and the sequence's final k row
+    (filled only when the job is the sequence's last)."""
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
     jobs = (slen + JOB - 1) // JOB
     a = rnd * JOB
     length = min(JOB, slen - a)
     last = rnd == jobs - 1
-    slot0 = chunk_base + 2 * rnd           # (chunk index; the kernel's slot is chunk * H + h)
-    capacity = inp.T // C + inp.S           # the workspace's chunk capacity (torch_ops.cpp)
-
-    def in_range(chunk, what, spare=0):
-        # ws_phi, ws_states and the forward flags have `capacity` chunks of H slots; ws_dstates one more.
-        assert 0 <= chunk < capacity + spare, f"{what}: chunk {chunk} outside the workspace's {capacity + spare}"
-    smem = np.zeros(98304 // 4, f32)
+    slot0 = chunk_base + 2 * rnd
     vtile = np.zeros((JOB, V_STRIDE), f32)
     vec = {n: np.zeros(JOB, f32) for n in ("cl", "e", "wb", "skip", "sc", "gam")}
     alpha = [f32(1), f32(1)]
@@ -192,7 +189,7 @@ def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_ba
         alpha[half] = np.exp(cl_last, dtype=f32) if half_len > 0 else f32(1)
 
     # angle_sums: warp w scans angle indices 8 (w % 4) .. + 7 of half w / 4
-    phi_base = K_R2 // 4
+    phi_base = phi_offset // 4
     for warp in range(8):
         half, i0 = warp >> 2, 8 * (warp & 3)
         x = np.zeros((32, 8), f32)
@@ -243,6 +240,25 @@ def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_ba
             smem[K_QR // 4 + sw128_index(JOB, t, n): K_QR // 4 + sw128_index(JOB, t, n) + 4] = qrow[n:n + 4]
             smem[K_R1 // 4 + sw128_index(JOB, t, n): K_R1 // 4 + sw128_index(JOB, t, n) + 4] = krow[n:n + 4]
         vec["skip"][t] = (inp.d[h] - raw * vec["gam"][t]) if live else 0
+
+    return vec, alpha, vtile, final_k
+
+
+def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base):
+    H = inp.H
+    start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
+    jobs = (slen + JOB - 1) // JOB
+    a = rnd * JOB
+    length = min(JOB, slen - a)
+    last = rnd == jobs - 1
+    slot0 = chunk_base + 2 * rnd           # (chunk index; the kernel's slot is chunk * H + h)
+    capacity = inp.T // C + inp.S           # the workspace's chunk capacity (torch_ops.cpp)
+
+    def in_range(chunk, what, spare=0):
+        # ws_phi, ws_states and the forward flags have `capacity` chunks of H slots; ws_dstates one more.
+        assert 0 <= chunk < capacity + spare, f"{what}: chunk {chunk} outside the workspace's {capacity + spare}"
+    smem = np.zeros(98304 // 4, f32)
+    vec, alpha, vtile, final_k = stage_job(inp, carries, seq, rnd, h, chunk_base, smem, K_R2, in_range)
     if last:
         out["final_k"][seq, h] = final_k
 
