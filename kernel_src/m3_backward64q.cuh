@@ -69,8 +69,10 @@ struct SmemQ {
 };
 
 // dy = dout z sigmoid(z) (v103's backward's formula) and v, as fp32 rows of the swizzled tiles,
-// eight consecutive p a thread; dy . v per token over its eight lanes (a fixed butterfly).
-M3_DEV void stage_dy_v(const M3Params& p, const Job64& job, const SmemQ& s, int a, int len) {
+// eight consecutive p a thread; dy . v per token over its eight lanes (a fixed butterfly). Written
+// against the layout's accessors: the k/v side (m3_backward64kv.cuh) stages the same tiles.
+template <class Tiles>
+M3_DEV void stage_dy_v(const M3Params& p, const Job64& job, const Tiles& s, int a, int len) {
   const int H = p.H;
 #pragma unroll
   for (int it = 0; it < kJob * P / 8 / NT; ++it) {

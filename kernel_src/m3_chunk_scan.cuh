@@ -222,6 +222,11 @@ using Tile = RegTile<M, NC, TM, TN, NT>;
 #ifndef M3_CP_BACKWARD64Q
 #define M3_CP_BACKWARD64Q 0
 #endif
+// M3_CP_BACKWARD64KV (v123): likewise m3_cp_backward64kv (m3_backward64kv.cuh) has written every
+// token's per-head dk, the dk half of every chunk's bias partials and dv.
+#ifndef M3_CP_BACKWARD64KV
+#define M3_CP_BACKWARD64KV 0
+#endif
 #if M3_LDMATRIX && (!M3_USE_MMA || M3_SPLIT_TF32)
 #error "M3_LDMATRIX feeds the plain tf32 tensor-core products"
 #endif
@@ -1560,7 +1565,11 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
         const int tg = sh.start + a + r;
         float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
         if (a + r == sh.len - 1 && p.dfinal_v) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
+#if !M3_CP_BACKWARD64KV
         p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
+#else
+        (void)tg, (void)dv;
+#endif
       }
     });
 #if M3_CP_FRAG_SUMS
@@ -1844,7 +1853,10 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
 #if !M3_CP_BACKWARD64Q
         store_f32x8(p.ws_dqh + base, dqh);
 #endif
+#if !M3_CP_BACKWARD64KV
         store_f32x8(p.ws_dkh + base, dkh);
+#endif
+        (void)base;
 #endif
       }
 #if M3_CP_TRIMS
@@ -2083,7 +2095,9 @@ M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const
 #endif
   __syncthreads();
   float* part = p.ws_partial + row * (2 * N + 1);
-  for (int c = M3_CP_BACKWARD64Q ? N + tid : tid; c < 2 * N; c += NT) {
+  for (int c = tid; c < 2 * N; c += NT) {
+    // The halves that m3_cp_backward64q (dq) and m3_cp_backward64kv (dk) have written.
+    if ((M3_CP_BACKWARD64Q && c < N) || (M3_CP_BACKWARD64KV && c >= N)) continue;
     float acc = 0.f;
     for (int w = 0; w < kGroups; ++w) acc += s.t1[w * 2 * N + c];
     part[c] = acc;

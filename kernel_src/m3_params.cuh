@@ -94,6 +94,8 @@ static constexpr long long m3_heads_done_offset(long long chunk_capacity, long l
 enum : int { kM3Forward64SmemBytes = 110144 };
 // Likewise for the q side of the chunk-64 backward (m3_backward64q.cuh).
 enum : int { kM3Backward64qSmemBytes = 110400 };
+// And for its k/v side (m3_backward64kv.cuh).
+enum : int { kM3Backward64kvSmemBytes = 208704 };
 
 // Ints per entry of the M3_CP_RICH_SCHEDULE ticket table: {seq, round, start, 0}, {len,
 // chunk_base, 0, 0}, seq = -1 past the last (sequence, round) pair.

@@ -89,6 +89,11 @@ bool uses_forward64(const OpConfig& config);
 // backward: the chunk-64 forward's grid, kM3Backward64qSmemBytes of dynamic shared memory; it
 // writes ws_dqh and the dq half of ws_partial, which that variant's backward then leaves alone.
 bool uses_backward64q(const OpConfig& config);
+// True for the variant (v123) that also launches m3_cp_backward64kv after m3_cp_backward64q: the
+// chunk-64 forward's grid again (its CTAs draw tickets from the forward's counter after the
+// forward's), kM3Backward64kvSmemBytes of dynamic shared memory; it writes ws_dkh, the dk half of
+// ws_partial and dv, which that variant's backward then leaves alone.
+bool uses_backward64kv(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

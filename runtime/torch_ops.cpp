@@ -73,6 +73,8 @@ struct CallKernels {
   bool forward64 = false;
   // The q side of the chunk-64 backward (v121), launched between the forward and the backward.
   const LoadedKernel* cp_backward64q = nullptr;
+  // Its k/v side (v123), launched after it.
+  const LoadedKernel* cp_backward64kv = nullptr;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -98,6 +100,10 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     if (uses_backward64q(config)) {
       k.cp_backward64q = &kernel_for(scan_src, "m3_cp_backward64q", kM3Backward64qSmemBytes, capturing);
       k.cp_backward64q->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64qSmemBytes);
+    }
+    if (uses_backward64kv(config)) {
+      k.cp_backward64kv = &kernel_for(scan_src, "m3_cp_backward64kv", kM3Backward64kvSmemBytes, capturing);
+      k.cp_backward64kv->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64kvSmemBytes);
     }
     const unsigned threads = static_cast<unsigned>(config.threads);
     k.cp_forward->log_occupancy(threads, k.forward_smem);
@@ -378,6 +384,13 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       lc.dynamic_smem = kM3Backward64qSmemBytes;
       kernels.cp_backward64q->launch(lc, args);
       stages.mark("backward64q launch");
+    }
+    if (kernels.cp_backward64kv != nullptr) {
+      // The same grid: its CTAs draw tickets after the forward's, which drew one each.
+      lc.grid[0] = grid64;
+      lc.dynamic_smem = kM3Backward64kvSmemBytes;
+      kernels.cp_backward64kv->launch(lc, args);
+      stages.mark("backward64kv launch");
     }
     lc.grid[0] = cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;

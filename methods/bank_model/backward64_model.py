@@ -78,8 +78,8 @@ def reverse_cumsum_by_chunks(x, chunks):
 
 
 def backward_model(case, extras=None):
-    """The results, float64; `extras`, when given, also receives every token's per-head dq row
-    ("dqh", [T][H][N]: what the backward hands the head sums)."""
+    """The results, float64; `extras`, when given, also receives every token's per-head dq and dk
+    rows ("dqh", "dkh", [T][H][N]: what the backward hands the head sums)."""
     a = [x.double() if x.is_floating_point() else x for x in case_args(case)]
     q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu, dout, dFA, dFS, dFK, dFV = a
     T, H, P, N, A = v.shape[1], v.shape[2], v.shape[3], q.shape[3], angles.shape[3]
@@ -186,7 +186,7 @@ def backward_model(case, extras=None):
             g["dtrap"][h, t] = dp * f["p"] * (1 - f["p"])
             g["dangles"][t, h] = Phi * f["dt"][:, None] * PI * (1 - torch.tanh(f["ang"]) ** 2)
     if extras is not None:
-        extras["dqh"] = g["dqh"]
+        extras["dqh"], extras["dkh"] = g["dqh"], g["dkh"]
     return {
         "dq": g["dqh"].sum(1)[None, :, None], "dk": g["dkh"].sum(1)[None, :, None], "dv": g["dv"][None],
         "dadt": g["dadt"][None], "ddt": g["ddt"][None], "dtrap": g["dtrap"][None],

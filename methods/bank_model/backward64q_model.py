@@ -41,6 +41,25 @@ def row_of(wg, wq, g):
     return 64 * wg + 16 * wq + 2 * g
 
 
+def stage_dy_v(inp, smem, first_token, length, h):
+    """m3b64q::stage_dy_v: dy = dout z sigmoid(z) and v as fp32 swizzled tiles at K_DY and K_VT;
+    returns dy . v per token."""
+    dyv = np.zeros(JOB, f32)
+    for t in range(JOB):
+        dy = np.zeros(P, f32)
+        vv = np.zeros(P, f32)
+        if t < length:
+            tg = first_token + t
+            vv = inp.v[tg, h].astype(f32)
+            zz = inp.z[tg, h].astype(f32)
+            dy = (inp.dout[tg, h] * zz * sigmoid(zz)).astype(f32)
+        dyv[t] = f32(np.dot(dy.astype(np.float64), vv.astype(np.float64)))
+        for pc in range(0, P, 4):
+            smem[K_DY // 4 + sw128_index(JOB, t, pc): K_DY // 4 + sw128_index(JOB, t, pc) + 4] = dy[pc:pc + 4]
+            smem[K_VT // 4 + sw128_index(JOB, t, pc): K_VT // 4 + sw128_index(JOB, t, pc) + 4] = vv[pc:pc + 4]
+    return dyv
+
+
 def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base):
     H = inp.H
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
@@ -55,20 +74,7 @@ def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base):
     smem = np.zeros(K_PHI // 4 + JOB * PHI_STRIDE, f32)
     vec, _, _, _ = stage_job(inp, carries, seq, rnd, h, chunk_base, smem, K_PHI, in_range)
 
-    # stage_dy_v
-    dyv = np.zeros(JOB, f32)
-    for t in range(JOB):
-        dy = np.zeros(P, f32)
-        vv = np.zeros(P, f32)
-        if t < length:
-            tg = start + a + t
-            vv = inp.v[tg, h].astype(f32)
-            zz = inp.z[tg, h].astype(f32)
-            dy = (inp.dout[tg, h] * zz * sigmoid(zz)).astype(f32)
-        dyv[t] = f32(np.dot(dy.astype(np.float64), vv.astype(np.float64)))
-        for pc in range(0, P, 4):
-            smem[K_DY // 4 + sw128_index(JOB, t, pc): K_DY // 4 + sw128_index(JOB, t, pc) + 4] = dy[pc:pc + 4]
-            smem[K_VT // 4 + sw128_index(JOB, t, pc): K_VT // 4 + sw128_index(JOB, t, pc) + 4] = vv[pc:pc + 4]
+    dyv = stage_dy_v(inp, smem, start + a, length, h)
 
     # dM of half wg's keys, then dM W over v's tile (after both warpgroups' products)
     dm = [[np.zeros(16, f32) for _ in range(128)] for _ in range(2)]

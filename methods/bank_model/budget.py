@@ -113,6 +113,31 @@ V121Q_GLOBAL = {
     "q, k, v, z, dout rows (bf16); k pairs again in the epilogue": wf(2 * C * N * 2 + 3 * C * P * 2) + wf(C * N * 2),
 }
 
+# v123's k/v side as built (kernel_src/m3_backward64kv.cuh: dk and dv with the chain, no dc or dphi
+# terms and no tail yet), counted by hand from its code per job of 64 tokens, the same conventions;
+# two-way accesses by the bank model (methods/bank_model/sw128_banks.py) counted twice.
+V123KV_SHARED = {
+    "angle tile written, read by the staging": 128,
+    "QR, KS stores (16-byte, conflict-free)": wf(2 * tile(C, N)),
+    "dy, v tiles (fp32, 16-byte stores)": wf(2 * tile(C, P)),
+    "e dy^T: dy read, the permuted tile written (both conflict-free)": wf(2 * tile(C, P)),
+    "S^T = KS QR^T: KS read by both warpgroups, QR once": wf(2 * tile(C, N) + tile(C, N)),
+    "dM^T = v dy^T: v read by both warpgroups, dy once": wf(2 * tile(C, P) + tile(C, P)),
+    "M^T, (dM W)^T: stores (8-byte, two-way) and the decays' loads": 2 * wf(2 * tile(C, C) / 2) + 64,
+    "V^T of both halves: QR^T operands from QR (two-way), e dy^T read": 2 * wf(tile(C, N)) + wf(2 * tile(P, C)),
+    "G tiles [p][n] from the registers (8-byte, two-way)": 2 * wf(2 * tile(P, N)),
+    "dks^T: v read; QR^T operands (two-way); (dM W)^T read": wf(2 * tile(C, P)) + 2 * wf(tile(C, N)) + wf(2 * tile(C, C) / 2),
+    "dk epilogue: sc, w, angle, dy . v and gamma loads": 192,
+    "dv^T: G tiles and KS read; dy^T operands (two-way); M^T read": wf(2 * tile(P, N) + tile(C, N)) + 256 + wf(tile(C, C) / 2),
+    "dv epilogue: dy and skip loads": 256,
+}
+V123KV_GLOBAL = {
+    "chain: the successor's G in, the hand-off out (accumulator layout)": wf(2 * tile(P, N)),
+    "dkh out (8-byte stores, full sectors)": wf(tile(C, N)),
+    "dv out (2-byte stores, half-filled sectors)": 2 * wf(C * P * 2),
+    "q, k, v, z, dout rows (bf16); q pairs again in the epilogue": wf(2 * C * N * 2 + 3 * C * P * 2) + wf(C * N * 2),
+}
+
 TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
 SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
 JOBS_32, SMS = 4768, 132
@@ -148,6 +173,14 @@ def main() -> None:
     for k, v in list(V121Q_SHARED.items()) + list(V121Q_GLOBAL.items()):
         print(f"  {k:72s} {v:6.0f}")
     print(f"  shared {q_shared:.0f}, global {q_glob:.0f}: {(q_shared + q_glob) / 2:.0f} per 32 tokens")
+
+    kv_shared, kv_glob = sum(V123KV_SHARED.values()), sum(V123KV_GLOBAL.values())
+    print("v123's k/v side as built (dk, dv, the chain), wavefronts a job of 64 tokens (counted from the code):")
+    for k, v in list(V123KV_SHARED.items()) + list(V123KV_GLOBAL.items()):
+        print(f"  {k:72s} {v:6.0f}")
+    print(f"  shared {kv_shared:.0f}, global {kv_glob:.0f}: {(kv_shared + kv_glob) / 2:.0f} per 32 tokens; with the q side "
+          f"{(q_shared + q_glob + kv_shared + kv_glob) / 2:.0f} per 32 tokens against the backward's {TODAY_PER_32['backward']} "
+          f"today (before the tail's terms, which v103's backward still computes in v123)")
 
     dqr = sum(SPLIT_DQR_SIDE.values()) + sum(SPLIT_DQR_GLOBAL.values())
     dks = sum(SPLIT_DKS_DV_SIDE.values()) + sum(SPLIT_DKS_DV_GLOBAL.values())

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
-# Run 92 (prepared in the fifteenth and sixteenth sessions, not yet run): v119, the chunk-64 forward
-# on warpgroup products (kernel_src/m3_forward64.cuh), and v121, v119 with the q side of the
-# chunk-64 backward (kernel_src/m3_backward64q.cuh) computing dq. Correctness first (the GPU tests:
-# the float64 truth on the edge mixes and the small vectors, within rounding of v89 / v119 and
-# repeatable, forward only, streams and graphs), then only for what passed: the bench beside v104
-# and ncu's count of the new kernels on c01 (duration, L1 wavefronts, tensor pipe). Run from the
-# repository root with carry ["scratch", ".deps"] and scratch/shared holding SPEC.md, VJP.md and
-# cases.
+# Run 92 (prepared in the fifteenth session, not yet run): v119, the chunk-64 forward on warpgroup
+# products (kernel_src/m3_forward64.cuh). Correctness first (v119/v120 GPU tests: the float64
+# truth on the edge mixes and the small vectors, within rounding of v89 and repeatable, forward
+# only, streams and graphs), then only if they pass: the bench beside v104 and ncu's count of
+# both forwards on c01 (duration, L1 wavefronts, tensor pipe). Run from the repository root with
+# carry ["scratch", ".deps"] and scratch/shared holding SPEC.md, VJP.md and cases.
 set -uo pipefail
 for f in .deps/*.deb; do dpkg -x $f /tmp/deps; done
 export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:${CMAKE_PREFIX_PATH:-}
@@ -24,20 +22,11 @@ rc=$?; echo "tests rc=$rc $(( $(date +%s)-t0 ))s"; grep -E "passed|failed|Error|
 timeout 100 python3 -m pytest -q tests/python/test_streams_graphs_gpu.py -k "v119" > $OUT/tests_streams.log 2>&1
 echo "stream tests rc=$? $(( $(date +%s)-t0 ))s"; tail -1 $OUT/tests_streams.log
 [ $rc -eq 0 ] || { echo "v119 is not correct yet: no timing"; exit 1; }
-# v121's tests (its forward is v119's, so only after v119's passed): dq and dq_bias against v119.
-timeout 200 python3 -m pytest -q tests/python/test_operator_gpu.py tests/python/test_streams_graphs_gpu.py \
-  -k "v121 or v122" > $OUT/tests_v121.log 2>&1
-rc121=$?; echo "v121 tests rc=$rc121 $(( $(date +%s)-t0 ))s"; grep -E "passed|failed|Error|assert" $OUT/tests_v121.log | head -20
-SOLVERS="--solver methods/versions/v104/solver.py --solver methods/versions/v120/solver.py"
-[ $rc121 -eq 0 ] && SOLVERS="$SOLVERS --solver methods/versions/v122/solver.py"
-timeout 300 python3 tools/bench.py $SOLVERS --json $OUT/bench.json --png $OUT/bench.png > $OUT/bench.log 2>&1
-echo "bench rc=$? $(( $(date +%s)-t0 ))s"; grep -E '^\[|m3_cp_forward|m3_cp_backward|^    v1|geomean' $OUT/bench.log | head -80
+timeout 240 python3 tools/bench.py --solver methods/versions/v104/solver.py --solver methods/versions/v120/solver.py \
+  --json $OUT/bench.json --png $OUT/bench.png > $OUT/bench.log 2>&1
+echo "bench rc=$? $(( $(date +%s)-t0 ))s"; grep -E '^\[|m3_cp_forward|^    v1|geomean' $OUT/bench.log | head -60
 M="gpu__time_duration.sum,l1tex__data_pipe_lsu_wavefronts.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_pipe_lsu_wavefronts.sum.pct_of_peak_sustained_elapsed,l1tex__t_output_wavefronts_pipe_lsu_mem_global_op_ld.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,launch__registers_per_thread,sm__warps_active.avg.per_cycle_active"
 for v in v104 v120; do
   timeout 100 ncu --metrics $M -k regex:m3_cp_forward --launch-skip 1 --launch-count 1 python3 methods/results/run92/ncu_fwd.py c01 methods/versions/$v/solver.py > $OUT/ncu_fwd_$v.log 2>&1
   echo "ncu $v rc=$? $(( $(date +%s)-t0 ))s"; grep -E "m3_cp_forward|duration|wavefronts|gmma|inst_executed|registers|warps_active" $OUT/ncu_fwd_$v.log
 done
-if [ $rc121 -eq 0 ]; then
-  timeout 100 ncu --metrics $M -k regex:m3_cp_backward --launch-skip 2 --launch-count 2 python3 methods/results/run92/ncu_fwd.py c01 methods/versions/v122/solver.py > $OUT/ncu_bwd_v122.log 2>&1
-  echo "ncu v122 backward kernels rc=$? $(( $(date +%s)-t0 ))s"; grep -E "m3_cp_backward|duration|wavefronts|gmma|inst_executed|registers|warps_active" $OUT/ncu_bwd_v122.log
-fi

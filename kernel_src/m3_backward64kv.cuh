@@ -1,0 +1,445 @@
+// The k/v side of a chunk-64 backward on warpgroup tile products (M3_CP_BACKWARD64KV, v123): one
+// CTA of two warpgroups per (64 tokens, head) job, the sequence's jobs in reverse, computing each
+// token's per-head dk (ws_dkh), each chunk's dk_bias partial and dv, with the state-gradient chain.
+// Included after m3_backward64q.cuh, whose staging it shares.
+//
+// Why: the design note's k/v side (its blueprint, "The q side of the backward, built"), the
+// second half of the backward on wgmma, written as v121's q side was: a test bed beside v103's
+// backward, which then leaves ws_dkh, the dk half of its bias partials and dv alone, so that dk,
+// dk_bias and dv check the kernel end to end while every other result stays v121's. Shared memory
+// is not yet fitted for two CTAs per SM (one CTA per SM, 208 KB): the scheme first, the fit later.
+//
+// A job (warpgroup wg = 0, 1, its warps wq, lane = 4 g + i), the halves h of its two chunks of 32:
+//   1. m3_forward64's staging (angles, QR, KS), dy and v (m3_backward64q's), and e dy^T [p][t]
+//      with its rows p stored permuted (position 8 b + 2 i holds p = 8 b + i, + 1 holds 8 b + i + 4);
+//   2. the transposed scores S^T = KS QR^T and dM^T = v dy^T (warpgroup wg the tokens t of half wg,
+//      all 64 key rows), M^T and (dM W)^T of each half into [32][32] tiles;
+//   3. V_h^T [n][p] = QR_h^T (e dy_h) for both halves (rows n in the q side's pair order, QR^T's
+//      register operand read from the QR tile), before the wait; then the chain: the gradient of the
+//      state leaving the job (the successor's hand-off, or dfinal_ssm), G_0 = alpha_1 G_1 + V_1,
+//      alpha_0 G_0 + V_0 handed to the predecessor (in the accumulator's layout, 512 contiguous
+//      bytes a warp instruction) and its flag; thanks to the permuted rows of e dy^T each G_h^T
+//      holds the register operand's (i, i + 4) pairs: G_h^T is the next products' A as it stands;
+//   4. per half: dks^T = G_h^T (v_h)^T, scaled by w_s, + QR_h^T (dM W)_h^T; the epilogue (sc, the
+//      final k's gradient, the inverse rotation, the gamma term) writes dkh and the bias partial;
+//   5. dv^T of half wg by warpgroup wg: G_h [p][n] (a tile written from the registers) times KS_h,
+//      scaled by w_s, + dy_h^T M_h (dy^T's register operand by scalar loads from the dy tile);
+//      the skip term and the final v's gradient; dv out.
+#pragma once
+
+#include "m3_wgmma.cuh"
+
+#if !M3_CP_BACKWARD64Q
+#error "M3_CP_BACKWARD64KV shares m3_backward64q.cuh's staging: build it with M3_CP_BACKWARD64Q"
+#endif
+
+namespace m3b64kv {
+using namespace m3b64q;
+
+enum : int {
+  kQr = 0,
+  kKs = 32768,
+  kDy = 65536,            // fp32 [64 t][64 p]
+  kVt = 81920,            // fp32 [64 s][64 p]
+  kDyTe = 98304,          // fp32 [64 p, permuted][64 t]: e_t dy[t][p]
+  kMt = 114688,           // M^T of half h at + 4096 h: fp32 [32 s][32 t]
+  kDmwT = 122880,         // (dM W)^T of half h at + 4096 h
+  kG = 131072,            // G_h [64 p][128 n] at + 32768 h
+  kPhi = 196608,          // the angle tile
+  kVec = kPhi + kJob * kPhiStride * 4,
+  kVecCount = 7,          // m3_forward64's six, then dy . v
+  kScalars = kVec + kVecCount * kJob * 4,
+  kSmemBytes = kScalars + 16 * 4,
+  kDynamicSmem = kSmemBytes + 1024,
+};
+static_assert(kG + 2 * 32768 <= kPhi && kDmwT + 8192 <= kG && kMt + 8192 <= kDmwT, "regions overlap");
+static_assert(kDynamicSmem == kM3Backward64kvSmemBytes, "the host launches with kM3Backward64kvSmemBytes");
+
+struct SmemKV {
+  char* base;
+  unsigned addr;
+  M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
+  M3_DEV float* ks() const { return reinterpret_cast<float*>(base + kKs); }
+  M3_DEV float* dy() const { return reinterpret_cast<float*>(base + kDy); }
+  M3_DEV float* vt() const { return reinterpret_cast<float*>(base + kVt); }
+  M3_DEV float* dyte() const { return reinterpret_cast<float*>(base + kDyTe); }
+  M3_DEV float* mt(int h) const { return reinterpret_cast<float*>(base + kMt + 4096 * h); }
+  M3_DEV float* dmwt(int h) const { return reinterpret_cast<float*>(base + kDmwT + 4096 * h); }
+  M3_DEV float* g(int h) const { return reinterpret_cast<float*>(base + kG + 32768 * h); }
+  M3_DEV float* phi() const { return reinterpret_cast<float*>(base + kPhi); }
+  M3_DEV float* vec(int which) const { return reinterpret_cast<float*>(base + kVec) + which * kJob; }
+  M3_DEV float* scalars() const { return reinterpret_cast<float*>(base + kScalars); }
+};
+
+// e dy^T's row position of value column p (see the top): the forward's KS^T order.
+M3_DEV int permuted_p(int p) { return permuted_column(p); }
+// The value column at accumulator position 8 jb + 2 i + e of V^T, G^T: p = 8 jb + i + 4 e.
+M3_DEV int p_at(int jb, int i, int e) { return 8 * jb + i + 4 * e; }
+
+// The job's ticket from the forward's counter, after the forward's (T / 64 + S) H CTAs drew theirs
+// (each drew one): the chunk-64 table, entries in reverse within each sequence, so a job's
+// successor (the job it waits for) always holds a smaller ticket.
+M3_DEV Job64 take_ticket_kv(const M3Params& p, int* words) {
+  if (threadIdx.x == 0) {
+    const long long forward_ctas = (static_cast<long long>(p.T) / kJob + p.S) * p.H;
+    const long long t = atomicAdd(p.ws_sync, 1) - forward_ctas;
+    const long long q = t / p.H;
+    int4 first = make_int4(-1, 0, 0, 0), second = make_int4(0, 0, 0, 0);
+    if (t >= 0 && q < p.chunk_capacity) {
+      const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
+      first = entry[0];
+      second = entry[1];
+    }
+    const int jobs = (second.x + kJob - 1) / kJob;
+    words[0] = first.x;
+    words[1] = jobs - 1 - first.y;  // the round from the sequence's end
+    words[2] = static_cast<int>(t % p.H);
+    words[3] = first.z;
+    words[4] = second.x;
+    words[5] = second.y;
+  }
+  __syncthreads();
+  return Job64{words[0], words[1], words[2], words[3], words[4], words[5]};
+}
+
+// e_t dy[t][p] into the transposed tile, a warp instruction per block of 4 value columns by 8
+// tokens: with the swizzle and the permuted rows both its reads and its writes meet 32 distinct
+// banks (bank model; a column of 32 tokens a warp was four-way on the reads).
+M3_DEV void stage_dyte(const SmemKV& s) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* ev = s.vec(kE);
+#pragma unroll 4
+  for (int it = 0; it < P * kJob / NT; ++it) {
+    const int b = it * NW + warp;  // (4 value columns, 8 tokens)
+    const int p = 4 * (b >> 3) + (lane >> 3), t = 8 * (b & 7) + (lane & 7);
+    s.dyte()[m3wg::sw128_index(P, permuted_p(p), t)] = ev[t] * s.dy()[m3wg::sw128_index(kJob, t, p)];
+  }
+}
+
+// A 64 x 8 register operand of rows n (the q side's pair order: n0 = 64 wg + 16 wq + 2 g and n0 + 1)
+// from a token-major tile [t][n] (QR): k-step tokens t0 + 8 k + i and + 4.
+M3_DEV void transposed_fragments(const float* tile, int t0, int n0, int i, float (&a)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int t = t0 + 8 * k + i;
+    const float2 lo = *reinterpret_cast<const float2*>(tile + m3wg::sw128_index(kJob, t, n0));
+    const float2 hi = *reinterpret_cast<const float2*>(tile + m3wg::sw128_index(kJob, t + 4, n0));
+    a[k][0] = lo.x, a[k][1] = lo.y, a[k][2] = hi.x, a[k][3] = hi.y;
+  }
+}
+
+// G_h's tile [p][n] from G_h^T in registers (rows n0, n0 + 1; columns p_at(jb, i, e)).
+M3_DEV void store_g_tile(const SmemKV& s, int h, const float (&g)[32], int n0, int i) {
+#pragma unroll
+  for (int jb = 0; jb < 8; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      *reinterpret_cast<float2*>(s.g(h) + m3wg::sw128_index(P, p_at(jb, i, e), n0)) =
+          make_float2(g[4 * jb + e], g[4 * jb + 2 + e]);
+    }
+  }
+}
+
+// dks^T of half h (this warpgroup's rows n0, n0 + 1), then dkh and the dk_bias partial.
+M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const float (&g)[32], int h, int a,
+                    int len, int n0, int i, bool last_job) {
+  const int H = p.H;
+  float acc[16];
+#pragma unroll
+  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+  // The state part: G_h^T (v_h)^T, K = p in order; G^T's words (i, i + 4) sit at 4 k + 0, 1.
+  m3wg::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < P / 8; ++k) {
+    m3wg::wgmma_m64n32k8_tf32_rs(acc, g[4 * k], g[4 * k + 2], g[4 * k + 1], g[4 * k + 3],
+                                 m3wg::sw128_kstep(s.addr + kVt + 4096 * h, kJob, k));
+  }
+  m3wg::wgmma_commit();
+  m3wg::wgmma_wait<0>();
+  {
+    const float* wb = s.vec(kWb) + 32 * h;
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float w = wb[8 * jb + 2 * i + e];
+        acc[4 * jb + e] *= w;
+        acc[4 * jb + 2 + e] *= w;
+      }
+    }
+  }
+  {
+    float a4[4][4];
+    transposed_fragments(s.qr(), 32 * h, n0, i, a4);
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n32k8_tf32_rs(acc, a4[k][0], a4[k][1], a4[k][2], a4[k][3],
+                                   m3wg::sw128_kstep(s.addr + kDmwT + 4096 * h, 32, k));
+    }
+    m3wg::wgmma_commit();
+    m3wg::wgmma_wait<0>();
+  }
+  // The epilogue: dkr = sc dks (+ the final k's gradient at the sequence's last token), turned back,
+  // plus (dqk gamma) (q + q_bias).
+  const int pair = n0 >> 1;
+  const float2 qb = *reinterpret_cast<const float2*>(p.q_bias + job.h * N + n0);
+  float b0 = 0.f, b1 = 0.f;
+#pragma unroll
+  for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 32 * h + 8 * jb + 2 * i + e;
+      if (t >= len) continue;
+      const float sc = s.vec(kSc)[t];
+      float d0 = sc * acc[4 * jb + e], d1 = sc * acc[4 * jb + 2 + e];
+      if (last_job && t == len - 1 && p.dfinal_k) {
+        const float2 fk = *reinterpret_cast<const float2*>(p.dfinal_k + (static_cast<long long>(job.seq) * H + job.h) * N + n0);
+        d0 += fk.x;
+        d1 += fk.y;
+      }
+      float u0 = d0, u1 = d1;
+      if (pair < A) {
+        float sn, cs;
+        m3_sincos(s.phi()[t * kPhiStride + pair], &sn, &cs);
+        u0 = d0 * cs + d1 * sn;
+        u1 = -d0 * sn + d1 * cs;
+      }
+      const long long tg = static_cast<long long>(job.start) + a + t;
+      const unsigned qraw = *reinterpret_cast<const unsigned*>(p.q + tg * N + n0);
+      const float q0 = bf2f(static_cast<m3_bf16>(qraw & 0xffffu)) + qb.x;
+      const float q1 = bf2f(static_cast<m3_bf16>(qraw >> 16)) + qb.y;
+      const float gt = -s.vec(kDyv)[t] * s.vec(kGam)[t];
+      const float k0 = fmaf(gt, q0, u0), k1 = fmaf(gt, q1, u1);
+      *reinterpret_cast<float2*>(p.ws_dkh + (tg * H + job.h) * N + n0) = make_float2(k0, k1);
+      b0 += k0;
+      b1 += k1;
+    }
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    b0 += __shfl_xor_sync(0xffffffffu, b0, off);
+    b1 += __shfl_xor_sync(0xffffffffu, b1, off);
+  }
+  if (i == 0) {
+    const long long row = (static_cast<long long>(job.chunk_base) + 2 * job.round + h) * H + job.h;
+    float* part = p.ws_partial + row * (2 * N + 1) + N + n0;  // the k half of the chunk's row
+    part[0] = b0;
+    part[1] = b1;
+  }
+}
+
+// dv of half wg (this warpgroup alone): dv^T [p][s] = G_wg [p][n] KS_wg^T, scaled by w_s, +
+// dy_wg^T M_wg; then the skip term and the final v's gradient, dv out.
+M3_DEV void dv_half(const M3Params& p, const Job64& job, const SmemKV& s, int wg, int wq, int g, int i, int a,
+                    int len, bool last_job) {
+  const int H = p.H, h = wg;
+  float acc[16];
+#pragma unroll
+  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+  m3wg::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < N / 8; ++k) {
+    m3wg::wgmma_m64n32k8_tf32(acc, m3wg::sw128_kstep(s.addr + kG + 32768 * h, P, k),
+                              m3wg::sw128_kstep(s.addr + kKs + 4096 * h, kJob, k));
+  }
+  m3wg::wgmma_commit();
+  m3wg::wgmma_wait<0>();
+  {
+    const float* wb = s.vec(kWb) + 32 * h;
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float w = wb[8 * jb + 2 * i + e];
+        acc[4 * jb + e] *= w;
+        acc[4 * jb + 2 + e] *= w;
+      }
+    }
+  }
+  {
+    // dy^T's register operand: rows p0 = 16 wq + g and + 8, tokens 32 h + 8 k + i and + 4.
+    const int p0 = 16 * wq + g;
+    float f[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int t = 32 * h + 8 * k + i;
+      f[k][0] = s.dy()[m3wg::sw128_index(kJob, t, p0)];
+      f[k][1] = s.dy()[m3wg::sw128_index(kJob, t, p0 + 8)];
+      f[k][2] = s.dy()[m3wg::sw128_index(kJob, t + 4, p0)];
+      f[k][3] = s.dy()[m3wg::sw128_index(kJob, t + 4, p0 + 8)];
+    }
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n32k8_tf32_rs(acc, f[k][0], f[k][1], f[k][2], f[k][3],
+                                   m3wg::sw128_kstep(s.addr + kMt + 4096 * h, 32, k));
+    }
+    m3wg::wgmma_commit();
+    m3wg::wgmma_wait<0>();
+  }
+  const float* skip = s.vec(kSkip);
+#pragma unroll
+  for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pr = 16 * wq + g + 8 * (e >> 1), t = 32 * h + 8 * jb + 2 * i + (e & 1);
+      if (t >= len) continue;
+      float dv = acc[4 * jb + e] + skip[t] * s.dy()[m3wg::sw128_index(kJob, t, pr)];
+      if (last_job && t == len - 1 && p.dfinal_v) dv += bf2f(p.dfinal_v[(static_cast<long long>(job.seq) * H + job.h) * P + pr]);
+      p.dv[((static_cast<long long>(job.start) + a + t) * H + job.h) * P + pr] = f2bf(dv);
+    }
+  }
+}
+
+M3_DEV void backward64kv_job(const M3Params& p, const SmemKV& s, const Job64& job) {
+  const int H = p.H, tid = threadIdx.x;
+  const int wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, i = lane & 3;
+  const int jobs = (job.len + kJob - 1) / kJob;
+  const int a = job.round * kJob, len = min(kJob, job.len - a);
+  const bool last_job = job.round == jobs - 1;
+  const long long slot0 = (static_cast<long long>(job.chunk_base) + 2 * job.round) * H + job.h;
+  const int n0 = 64 * wg + 16 * wq + 2 * g;
+
+  // 1. Staging.
+  if (tid < 64) token_scalars(p, job, s, tid >> 5, a, len);
+  angle_sums(p, job, s, a, len, slot0);
+  stage_dy_v(p, job, s, a, len);
+  __syncthreads();
+  stage_qk(p, job, s, a, len, /*last=*/false);
+  stage_dyte(s);
+  m3wg::fence_shared_for_async_proxy();
+  __syncthreads();
+
+  // 2. S^T and dM^T for the tokens of half wg, all 64 keys; M^T and (dM W)^T of half wg.
+  {
+    float st[16], dm[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) st[e] = 0.f, dm[e] = 0.f;
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < N / 8; ++k) {
+      m3wg::wgmma_m64n32k8_tf32(st, m3wg::sw128_kstep(s.addr + kKs, kJob, k),
+                                m3wg::sw128_kstep(s.addr + kQr + 4096 * wg, kJob, k));
+    }
+#pragma unroll
+    for (int k = 0; k < P / 8; ++k) {
+      m3wg::wgmma_m64n32k8_tf32(dm, m3wg::sw128_kstep(s.addr + kVt, kJob, k),
+                                m3wg::sw128_kstep(s.addr + kDy + 4096 * wg, kJob, k));
+    }
+    m3wg::wgmma_commit();
+    m3wg::wgmma_wait<0>();
+    const float* cl = s.vec(kCl);
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int sk = 16 * wq + g + 8 * hh, tc = 32 * wg + 8 * jb + 2 * i;
+        if ((sk >> 5) != wg) continue;  // keys of the other half: never read
+        float m2[2], d2[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int t = tc + e;
+          const bool live = sk <= t && t < len;
+          const float w = live ? expf(cl[t] - cl[sk]) : 0.f;
+          m2[e] = w * st[4 * jb + 2 * hh + e];
+          d2[e] = w * dm[4 * jb + 2 * hh + e];
+        }
+        const int at = m3wg::sw128_index(32, sk - 32 * wg, tc - 32 * wg);
+        *reinterpret_cast<float2*>(s.mt(wg) + at) = make_float2(m2[0], m2[1]);
+        *reinterpret_cast<float2*>(s.dmwt(wg) + at) = make_float2(d2[0], d2[1]);
+      }
+    }
+    m3wg::fence_shared_for_async_proxy();
+  }
+
+  // 3. V_h^T for both halves, then the chain.
+  float v0[32], v1[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) v0[e] = 0.f, v1[e] = 0.f;
+  {
+    float a4[4][4];
+    transposed_fragments(s.qr(), 0, n0, i, a4);
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n64k8_tf32_rs(v0, a4[k][0], a4[k][1], a4[k][2], a4[k][3], m3wg::sw128_kstep(s.addr + kDyTe, P, k));
+    }
+    transposed_fragments(s.qr(), 32, n0, i, a4);
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n64k8_tf32_rs(v1, a4[k][0], a4[k][1], a4[k][2], a4[k][3],
+                                   m3wg::sw128_kstep(s.addr + kDyTe, P, 4 + k));
+    }
+    m3wg::wgmma_commit();
+    m3wg::wgmma_wait<0>();
+  }
+  // The gradient of the state leaving the job: the successor's hand-off, or dfinal_ssm's.
+  float gl[32];
+  const float4* hand_in = reinterpret_cast<const float4*>(p.ws_dstates + (slot0 + 2 * H) * P * N) + (4 * wg + wq) * 8 * 32 + lane;
+  if (!last_job) {
+    wait_for(forward_flags(p) + slot0 + 2 * H);
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+      const float4 w = __ldcg(hand_in + 32 * jb);
+      gl[4 * jb] = w.x, gl[4 * jb + 1] = w.y, gl[4 * jb + 2] = w.z, gl[4 * jb + 3] = w.w;
+    }
+  } else {
+    const float* dfs = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N : nullptr;
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float2 w = dfs ? *reinterpret_cast<const float2*>(dfs + p_at(jb, i, e) * N + n0) : make_float2(0.f, 0.f);
+        gl[4 * jb + e] = w.x;
+        gl[4 * jb + 2 + e] = w.y;
+      }
+    }
+  }
+  // gl is G_1 for a job with two halves, else G_0. In place: v1 becomes G_0 (two halves), v0 the
+  // hand-off alpha_0 G_0 + V_0.
+  const bool second = len > C;
+  const float alpha0 = s.scalars()[kAlpha0], alpha1 = s.scalars()[kAlpha1];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    const float g0 = second ? fmaf(alpha1, gl[e], v1[e]) : gl[e];
+    v1[e] = g0;
+    v0[e] = fmaf(alpha0, g0, v0[e]);
+  }
+  if (job.round > 0) {
+    float4* out = reinterpret_cast<float4*>(p.ws_dstates + slot0 * P * N) + (4 * wg + wq) * 8 * 32 + lane;
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) out[32 * jb] = make_float4(v0[4 * jb], v0[4 * jb + 1], v0[4 * jb + 2], v0[4 * jb + 3]);
+    publish(forward_flags(p) + slot0);
+  } else {
+    __syncthreads();  // M^T and (dM W)^T whole, as publish's barrier gives the other branch
+  }
+  if (!last_job) discard_l2_line(hand_in - lane + 8 * lane);  // read for the last time, no write-back
+
+  // 4, 5. G tiles (half 0's from v1, half 1's from gl), dks^T per half, dv per warpgroup's half.
+  store_g_tile(s, 0, v1, n0, i);
+  if (second) store_g_tile(s, 1, gl, n0, i);
+  m3wg::fence_shared_for_async_proxy();
+  dk_half(p, job, s, v1, 0, a, len, n0, i, last_job);
+  if (second) dk_half(p, job, s, gl, 1, a, len, n0, i, last_job);
+  __syncthreads();  // both G tiles whole
+  // Both warpgroups run it (a product in a branch per warpgroup serializes them all); a half with
+  // no tokens computes on a stale G tile and stores nothing.
+  dv_half(p, job, s, wg, wq, g, i, a, len, last_job);
+}
+}  // namespace m3b64kv
+
+// One CTA an SM (208 KB of shared memory). Tickets from the forward's counter, after its CTAs'.
+extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64kv(const M3Params p) {
+  using namespace m3b64kv;
+  extern __shared__ float4 smem_raw[];
+  __shared__ int job_words[8];
+  m3_wait_for_previous_kernel();  // the forward's states and counter, the q side before it
+  const Job64 job = take_ticket_kv(p, job_words);
+  if (job.seq < 0) return;
+  const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
+  const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
+  const SmemKV s{reinterpret_cast<char*>(smem_raw) + pad, raw + pad};
+  backward64kv_job(p, s, job);
+}
