@@ -56,6 +56,9 @@ static_assert(kG + 2 * 32768 <= kPhi && kDmwT + 8192 <= kG && kMt + 8192 <= kDmw
 static_assert(kDynamicSmem == kM3Backward64kvSmemBytes, "the host launches with kM3Backward64kvSmemBytes");
 
 struct SmemKV {
+  // stage_qk keeps q . k (the full backward's layout does). Enumerators, not static constexpr
+  // members: those became device globals and moved every other global's address.
+  enum : int { kKeepsQkRaw = 0, kQkRawVec = 0 };
   char* base;
   unsigned addr;
   M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
@@ -105,7 +108,8 @@ M3_DEV Job64 take_ticket_kv(const M3Params& p, int* words) {
 // e_t dy[t][p] into the transposed tile, a warp instruction per block of 4 value columns by 8
 // tokens: with the swizzle and the permuted rows both its reads and its writes meet 32 distinct
 // banks (bank model; a column of 32 tokens a warp was four-way on the reads).
-M3_DEV void stage_dyte(const SmemKV& s) {
+template <class Tiles>
+M3_DEV void stage_dyte(const Tiles& s) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* ev = s.vec(kE);
 #pragma unroll 4
@@ -129,7 +133,8 @@ M3_DEV void transposed_fragments(const float* tile, int t0, int n0, int i, float
 }
 
 // G_h's tile [p][n] from G_h^T in registers (rows n0, n0 + 1; columns p_at(jb, i, e)).
-M3_DEV void store_g_tile(const SmemKV& s, int h, const float (&g)[32], int n0, int i) {
+template <class Tiles>
+M3_DEV void store_g_tile(const Tiles& s, int h, const float (&g)[32], int n0, int i) {
 #pragma unroll
   for (int jb = 0; jb < 8; ++jb) {
 #pragma unroll
@@ -140,19 +145,21 @@ M3_DEV void store_g_tile(const SmemKV& s, int h, const float (&g)[32], int n0, i
   }
 }
 
-// dks^T of half h (this warpgroup's rows n0, n0 + 1), then dkh and the dk_bias partial.
-M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const float (&g)[32], int h, int a,
-                    int len, int n0, int i, bool last_job) {
+// dks^T of half h (this warpgroup's rows n0, n0 + 1), then dkh and the dk_bias partial. With
+// kTerms also the pair's angle gradient kr x dkr, added to terms.dphi (after the q side's), and
+// dsc[t] = dks[t] . kr[t] as per-warp partial sums in terms.part (kr rebuilt from k + k_bias).
+template <bool kTerms, class Tiles>
+M3_DEV void dk_half(const M3Params& p, const Job64& job, const Tiles& s, const float (&g)[32], int h, int a,
+                    int len, int n0, int i, bool last_job, TermOut terms = {}) {
   const int H = p.H;
   float acc[16];
-#pragma unroll
-  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+  m3wg::zero_accumulator(acc);
   // The state part: G_h^T (v_h)^T, K = p in order; G^T's words (i, i + 4) sit at 4 k + 0, 1.
   m3wg::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < P / 8; ++k) {
     m3wg::wgmma_m64n32k8_tf32_rs(acc, g[4 * k], g[4 * k + 2], g[4 * k + 1], g[4 * k + 3],
-                                 m3wg::sw128_kstep(s.addr + kVt + 4096 * h, kJob, k));
+                                 m3wg::sw128_kstep(smem_addr(s, s.vt()) + 4096 * h, kJob, k));
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
@@ -175,7 +182,7 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const 
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       m3wg::wgmma_m64n32k8_tf32_rs(acc, a4[k][0], a4[k][1], a4[k][2], a4[k][3],
-                                   m3wg::sw128_kstep(s.addr + kDmwT + 4096 * h, 32, k));
+                                   m3wg::sw128_kstep(smem_addr(s, s.dmwt(h)), 32, k));
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
@@ -190,7 +197,8 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const 
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int t = 32 * h + 8 * jb + 2 * i + e;
-      if (t >= len) continue;
+      float dsc = 0.f;  // kTerms: this pair's share of dks . kr
+      if (t < len) {
       const float sc = s.vec(kSc)[t];
       float d0 = sc * acc[4 * jb + e], d1 = sc * acc[4 * jb + 2 + e];
       if (last_job && t == len - 1 && p.dfinal_k) {
@@ -198,14 +206,28 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const 
         d0 += fk.x;
         d1 += fk.y;
       }
-      float u0 = d0, u1 = d1;
+      const long long tg = static_cast<long long>(job.start) + a + t;
+      float u0 = d0, u1 = d1, kr0 = 0.f, kr1 = 0.f;
+      if constexpr (kTerms) {
+        const unsigned kraw = *reinterpret_cast<const unsigned*>(p.k + tg * N + n0);
+        const float2 kb = *reinterpret_cast<const float2*>(p.k_bias + job.h * N + n0);
+        kr0 = bf2f(static_cast<m3_bf16>(kraw & 0xffffu)) + kb.x;
+        kr1 = bf2f(static_cast<m3_bf16>(kraw >> 16)) + kb.y;
+      }
       if (pair < A) {
         float sn, cs;
         m3_sincos(s.phi()[t * kPhiStride + pair], &sn, &cs);
         u0 = d0 * cs + d1 * sn;
         u1 = -d0 * sn + d1 * cs;
+        if constexpr (kTerms) {
+          // kr as the staging rotated it; the angle gradient of the pair, after the q side's.
+          const float k0 = kr0, k1 = kr1;
+          kr0 = k0 * cs - k1 * sn;
+          kr1 = k0 * sn + k1 * cs;
+          terms.dphi[(t - 32 * h) * LDA + pair] += kr0 * d1 - kr1 * d0;
+        }
       }
-      const long long tg = static_cast<long long>(job.start) + a + t;
+      if constexpr (kTerms) dsc = acc[4 * jb + e] * kr0 + acc[4 * jb + 2 + e] * kr1;
       const unsigned qraw = *reinterpret_cast<const unsigned*>(p.q + tg * N + n0);
       const float q0 = bf2f(static_cast<m3_bf16>(qraw & 0xffffu)) + qb.x;
       const float q1 = bf2f(static_cast<m3_bf16>(qraw >> 16)) + qb.y;
@@ -214,6 +236,12 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const 
       *reinterpret_cast<float2*>(p.ws_dkh + (tg * H + job.h) * N + n0) = make_float2(k0, k1);
       b0 += k0;
       b1 += k1;
+      }
+      if constexpr (kTerms) {
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) dsc += __shfl_xor_sync(0xffffffffu, dsc, off);
+        if ((threadIdx.x & 31) < 4) terms.part[(threadIdx.x >> 5) * 32 + t - 32 * h] = dsc;
+      }
     }
   }
 #pragma unroll
@@ -230,18 +258,19 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const SmemKV& s, const 
 }
 
 // dv of half wg (this warpgroup alone): dv^T [p][s] = G_wg [p][n] KS_wg^T, scaled by w_s, +
-// dy_wg^T M_wg; then the skip term and the final v's gradient, dv out.
-M3_DEV void dv_half(const M3Params& p, const Job64& job, const SmemKV& s, int wg, int wq, int g, int i, int a,
-                    int len, bool last_job) {
+// dy_wg^T M_wg; then the skip term and the final v's gradient, dv out. With kTerms also x[s] =
+// v[s] . (the state part of dv[s]) as per-warp partial sums in terms.part (the warpgroup's four).
+template <bool kTerms, class Tiles>
+M3_DEV void dv_half(const M3Params& p, const Job64& job, const Tiles& s, int wg, int wq, int g, int i, int a,
+                    int len, bool last_job, TermOut terms = {}) {
   const int H = p.H, h = wg;
   float acc[16];
-#pragma unroll
-  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+  m3wg::zero_accumulator(acc);
   m3wg::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < N / 8; ++k) {
-    m3wg::wgmma_m64n32k8_tf32(acc, m3wg::sw128_kstep(s.addr + kG + 32768 * h, P, k),
-                              m3wg::sw128_kstep(s.addr + kKs + 4096 * h, kJob, k));
+    m3wg::wgmma_m64n32k8_tf32(acc, m3wg::sw128_kstep(smem_addr(s, s.g(h)), P, k),
+                              m3wg::sw128_kstep(smem_addr(s, s.ks()) + 4096 * h, kJob, k));
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
@@ -254,6 +283,14 @@ M3_DEV void dv_half(const M3Params& p, const Job64& job, const SmemKV& s, int wg
         const float w = wb[8 * jb + 2 * i + e];
         acc[4 * jb + e] *= w;
         acc[4 * jb + 2 + e] *= w;
+        if constexpr (kTerms) {
+          const int t = 32 * h + 8 * jb + 2 * i + e, p0 = 16 * wq + g;
+          float x = s.vt()[m3wg::sw128_index(kJob, t, p0)] * acc[4 * jb + e] +
+                    s.vt()[m3wg::sw128_index(kJob, t, p0 + 8)] * acc[4 * jb + 2 + e];
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+          if ((threadIdx.x & 31) < 4) terms.part[wq * 32 + t - 32 * h] = x;
+        }
       }
     }
   }
@@ -273,7 +310,7 @@ M3_DEV void dv_half(const M3Params& p, const Job64& job, const SmemKV& s, int wg
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       m3wg::wgmma_m64n32k8_tf32_rs(acc, f[k][0], f[k][1], f[k][2], f[k][3],
-                                   m3wg::sw128_kstep(s.addr + kMt + 4096 * h, 32, k));
+                                   m3wg::sw128_kstep(smem_addr(s, s.mt(h)), 32, k));
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
@@ -290,6 +327,151 @@ M3_DEV void dv_half(const M3Params& p, const Job64& job, const SmemKV& s, int wg
       p.dv[((static_cast<long long>(job.start) + a + t) * H + job.h) * P + pr] = f2bf(dv);
     }
   }
+}
+
+// Where a job's dc terms from the transposed scores go (the full backward, kTerms): G = dM * M's
+// column sums colg[s] (one quad per key) and its row sums as two per-warp partials rowpart[2][64].
+struct ScoreTerms {
+  float* colg;
+  float* rowpart;
+  float* dmw;  // (dM W) [t][s] of half h at dmw + 1024 h: the q side's operand
+};
+
+// 2. S^T and dM^T for the tokens of half wg, all 64 keys; M^T and (dM W)^T of half wg into their
+// tiles. With kTerms also G's sums and dM W untransposed (ScoreTerms).
+template <bool kTerms, class Tiles>
+M3_DEV void transposed_scores(const Tiles& s, int len, int wg, int wq, int g, int i, ScoreTerms terms = {}) {
+  float st[16], dm[16];
+  m3wg::zero_accumulator(st);
+  m3wg::zero_accumulator(dm);
+  m3wg::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < N / 8; ++k) {
+    m3wg::wgmma_m64n32k8_tf32(st, m3wg::sw128_kstep(smem_addr(s, s.ks()), kJob, k),
+                              m3wg::sw128_kstep(smem_addr(s, s.qr()) + 4096 * wg, kJob, k));
+  }
+#pragma unroll
+  for (int k = 0; k < P / 8; ++k) {
+    m3wg::wgmma_m64n32k8_tf32(dm, m3wg::sw128_kstep(smem_addr(s, s.vt()), kJob, k),
+                              m3wg::sw128_kstep(smem_addr(s, s.dy()) + 4096 * wg, kJob, k));
+  }
+  m3wg::wgmma_commit();
+  m3wg::wgmma_wait<0>();
+  const float* cl = s.vec(kCl);
+  if ((wq >> 1) != wg) return;  // keys of the other half (warp-uniform): never read
+  float rows[4][2] = {{0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}, {0.f, 0.f}};  // kTerms: G's column t sums
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int sk = 16 * wq + g + 8 * hh;
+    float colg = 0.f;
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+      const int tc = 32 * wg + 8 * jb + 2 * i;
+      float m2[2], d2[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = tc + e;
+        const bool live = sk <= t && t < len;
+        const float w = live ? expf(cl[t] - cl[sk]) : 0.f;
+        m2[e] = w * st[4 * jb + 2 * hh + e];
+        d2[e] = w * dm[4 * jb + 2 * hh + e];
+        if constexpr (kTerms) {
+          const float gm = live ? dm[4 * jb + 2 * hh + e] * m2[e] : 0.f;  // G = dM * M
+          colg += gm;
+          rows[jb][e] += gm;
+          terms.dmw[1024 * wg + m3wg::sw128_index(32, t - 32 * wg, sk - 32 * wg)] = d2[e];
+        }
+      }
+      const int at = m3wg::sw128_index(32, sk - 32 * wg, tc - 32 * wg);
+      *reinterpret_cast<float2*>(s.mt(wg) + at) = make_float2(m2[0], m2[1]);
+      *reinterpret_cast<float2*>(s.dmwt(wg) + at) = make_float2(d2[0], d2[1]);
+    }
+    if constexpr (kTerms) {
+      colg += __shfl_xor_sync(0xffffffffu, colg, 1);
+      colg += __shfl_xor_sync(0xffffffffu, colg, 2);
+      if (i == 0) terms.colg[sk] = colg;
+    }
+  }
+  if constexpr (kTerms) {
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float x = rows[jb][e];
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+        if ((threadIdx.x & 31) < 4) terms.rowpart[(wq & 1) * 64 + 32 * wg + 8 * jb + 2 * i + e] = x;
+      }
+    }
+  }
+}
+
+// 3. V_h^T of both halves (before the wait), then the chain: gl the gradient of the state leaving
+// the job (the successor's hand-off, or dfinal_ssm's), G_0 into v1 (gl is G_1 when the job has two
+// halves), alpha_0 G_0 + V_0 handed to the predecessor with its flag (v0 is dead after). Ends with
+// a barrier.
+template <class Tiles>
+M3_DEV void chain_gradients(const M3Params& p, const Job64& job, const Tiles& s, int len, long long slot0, bool last_job,
+                            int n0, int i, float (&v0)[32], float (&v1)[32], float (&gl)[32]) {
+  const int H = p.H, tid = threadIdx.x, wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31;
+  m3wg::zero_accumulator(v0);
+  m3wg::zero_accumulator(v1);
+  {
+    // Both halves' register operands before the one fence: a register operand rewritten while an
+    // earlier product may still read it makes ptxas inject a wait (C7517/C7519) between them.
+    const unsigned dyte_a = smem_addr(s, s.dyte());
+    float a0[4][4], a1[4][4];
+    transposed_fragments(s.qr(), 0, n0, i, a0);
+    transposed_fragments(s.qr(), 32, n0, i, a1);
+    m3wg::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n64k8_tf32_rs(v0, a0[k][0], a0[k][1], a0[k][2], a0[k][3], m3wg::sw128_kstep(dyte_a, P, k));
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      m3wg::wgmma_m64n64k8_tf32_rs(v1, a1[k][0], a1[k][1], a1[k][2], a1[k][3], m3wg::sw128_kstep(dyte_a, P, 4 + k));
+    }
+    m3wg::wgmma_commit();
+    m3wg::wgmma_wait<0>();
+  }
+  const float4* hand_in = reinterpret_cast<const float4*>(p.ws_dstates + (slot0 + 2 * H) * P * N) + (4 * wg + wq) * 8 * 32 + lane;
+  if (!last_job) {
+    wait_for(forward_flags(p) + slot0 + 2 * H);
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+      const float4 w = __ldcg(hand_in + 32 * jb);
+      gl[4 * jb] = w.x, gl[4 * jb + 1] = w.y, gl[4 * jb + 2] = w.z, gl[4 * jb + 3] = w.w;
+    }
+  } else {
+    const float* dfs = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N : nullptr;
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float2 w = dfs ? *reinterpret_cast<const float2*>(dfs + p_at(jb, i, e) * N + n0) : make_float2(0.f, 0.f);
+        gl[4 * jb + e] = w.x;
+        gl[4 * jb + 2 + e] = w.y;
+      }
+    }
+  }
+  const bool second = len > C;
+  const float alpha0 = s.scalars()[kAlpha0], alpha1 = s.scalars()[kAlpha1];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    const float g0 = second ? fmaf(alpha1, gl[e], v1[e]) : gl[e];
+    v1[e] = g0;
+    v0[e] = fmaf(alpha0, g0, v0[e]);
+  }
+  if (job.round > 0) {
+    float4* out = reinterpret_cast<float4*>(p.ws_dstates + slot0 * P * N) + (4 * wg + wq) * 8 * 32 + lane;
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) out[32 * jb] = make_float4(v0[4 * jb], v0[4 * jb + 1], v0[4 * jb + 2], v0[4 * jb + 3]);
+    publish(forward_flags(p) + slot0);
+  } else {
+    __syncthreads();  // the same barrier as publish's
+  }
+  if (!last_job) discard_l2_line(hand_in - lane + 8 * lane);  // read for the last time, no write-back
 }
 
 M3_DEV void backward64kv_job(const M3Params& p, const SmemKV& s, const Job64& job) {
@@ -311,122 +493,23 @@ M3_DEV void backward64kv_job(const M3Params& p, const SmemKV& s, const Job64& jo
   m3wg::fence_shared_for_async_proxy();
   __syncthreads();
 
-  // 2. S^T and dM^T for the tokens of half wg, all 64 keys; M^T and (dM W)^T of half wg.
-  {
-    float st[16], dm[16];
-#pragma unroll
-    for (int e = 0; e < 16; ++e) st[e] = 0.f, dm[e] = 0.f;
-    m3wg::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < N / 8; ++k) {
-      m3wg::wgmma_m64n32k8_tf32(st, m3wg::sw128_kstep(s.addr + kKs, kJob, k),
-                                m3wg::sw128_kstep(s.addr + kQr + 4096 * wg, kJob, k));
-    }
-#pragma unroll
-    for (int k = 0; k < P / 8; ++k) {
-      m3wg::wgmma_m64n32k8_tf32(dm, m3wg::sw128_kstep(s.addr + kVt, kJob, k),
-                                m3wg::sw128_kstep(s.addr + kDy + 4096 * wg, kJob, k));
-    }
-    m3wg::wgmma_commit();
-    m3wg::wgmma_wait<0>();
-    const float* cl = s.vec(kCl);
-#pragma unroll
-    for (int jb = 0; jb < 4; ++jb) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int sk = 16 * wq + g + 8 * hh, tc = 32 * wg + 8 * jb + 2 * i;
-        if ((sk >> 5) != wg) continue;  // keys of the other half: never read
-        float m2[2], d2[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = tc + e;
-          const bool live = sk <= t && t < len;
-          const float w = live ? expf(cl[t] - cl[sk]) : 0.f;
-          m2[e] = w * st[4 * jb + 2 * hh + e];
-          d2[e] = w * dm[4 * jb + 2 * hh + e];
-        }
-        const int at = m3wg::sw128_index(32, sk - 32 * wg, tc - 32 * wg);
-        *reinterpret_cast<float2*>(s.mt(wg) + at) = make_float2(m2[0], m2[1]);
-        *reinterpret_cast<float2*>(s.dmwt(wg) + at) = make_float2(d2[0], d2[1]);
-      }
-    }
-    m3wg::fence_shared_for_async_proxy();
-  }
-
-  // 3. V_h^T for both halves, then the chain.
-  float v0[32], v1[32];
-#pragma unroll
-  for (int e = 0; e < 32; ++e) v0[e] = 0.f, v1[e] = 0.f;
-  {
-    float a4[4][4];
-    transposed_fragments(s.qr(), 0, n0, i, a4);
-    m3wg::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      m3wg::wgmma_m64n64k8_tf32_rs(v0, a4[k][0], a4[k][1], a4[k][2], a4[k][3], m3wg::sw128_kstep(s.addr + kDyTe, P, k));
-    }
-    transposed_fragments(s.qr(), 32, n0, i, a4);
-    m3wg::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      m3wg::wgmma_m64n64k8_tf32_rs(v1, a4[k][0], a4[k][1], a4[k][2], a4[k][3],
-                                   m3wg::sw128_kstep(s.addr + kDyTe, P, 4 + k));
-    }
-    m3wg::wgmma_commit();
-    m3wg::wgmma_wait<0>();
-  }
-  // The gradient of the state leaving the job: the successor's hand-off, or dfinal_ssm's.
-  float gl[32];
-  const float4* hand_in = reinterpret_cast<const float4*>(p.ws_dstates + (slot0 + 2 * H) * P * N) + (4 * wg + wq) * 8 * 32 + lane;
-  if (!last_job) {
-    wait_for(forward_flags(p) + slot0 + 2 * H);
-#pragma unroll
-    for (int jb = 0; jb < 8; ++jb) {
-      const float4 w = __ldcg(hand_in + 32 * jb);
-      gl[4 * jb] = w.x, gl[4 * jb + 1] = w.y, gl[4 * jb + 2] = w.z, gl[4 * jb + 3] = w.w;
-    }
-  } else {
-    const float* dfs = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N : nullptr;
-#pragma unroll
-    for (int jb = 0; jb < 8; ++jb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float2 w = dfs ? *reinterpret_cast<const float2*>(dfs + p_at(jb, i, e) * N + n0) : make_float2(0.f, 0.f);
-        gl[4 * jb + e] = w.x;
-        gl[4 * jb + 2 + e] = w.y;
-      }
-    }
-  }
-  // gl is G_1 for a job with two halves, else G_0. In place: v1 becomes G_0 (two halves), v0 the
-  // hand-off alpha_0 G_0 + V_0.
-  const bool second = len > C;
-  const float alpha0 = s.scalars()[kAlpha0], alpha1 = s.scalars()[kAlpha1];
-#pragma unroll
-  for (int e = 0; e < 32; ++e) {
-    const float g0 = second ? fmaf(alpha1, gl[e], v1[e]) : gl[e];
-    v1[e] = g0;
-    v0[e] = fmaf(alpha0, g0, v0[e]);
-  }
-  if (job.round > 0) {
-    float4* out = reinterpret_cast<float4*>(p.ws_dstates + slot0 * P * N) + (4 * wg + wq) * 8 * 32 + lane;
-#pragma unroll
-    for (int jb = 0; jb < 8; ++jb) out[32 * jb] = make_float4(v0[4 * jb], v0[4 * jb + 1], v0[4 * jb + 2], v0[4 * jb + 3]);
-    publish(forward_flags(p) + slot0);
-  } else {
-    __syncthreads();  // M^T and (dM W)^T whole, as publish's barrier gives the other branch
-  }
-  if (!last_job) discard_l2_line(hand_in - lane + 8 * lane);  // read for the last time, no write-back
+  // 2, 3. The transposed scores' tiles, then V and the chain (its barrier covers the tiles).
+  transposed_scores<false>(s, len, wg, wq, g, i);
+  m3wg::fence_shared_for_async_proxy();
+  float v0[32], v1[32], gl[32];
+  chain_gradients(p, job, s, len, slot0, last_job, n0, i, v0, v1, gl);
 
   // 4, 5. G tiles (half 0's from v1, half 1's from gl), dks^T per half, dv per warpgroup's half.
+  const bool second = len > C;
   store_g_tile(s, 0, v1, n0, i);
   if (second) store_g_tile(s, 1, gl, n0, i);
   m3wg::fence_shared_for_async_proxy();
-  dk_half(p, job, s, v1, 0, a, len, n0, i, last_job);
-  if (second) dk_half(p, job, s, gl, 1, a, len, n0, i, last_job);
+  dk_half<false>(p, job, s, v1, 0, a, len, n0, i, last_job);
+  if (second) dk_half<false>(p, job, s, gl, 1, a, len, n0, i, last_job);
   __syncthreads();  // both G tiles whole
   // Both warpgroups run it (a product in a branch per warpgroup serializes them all); a half with
   // no tokens computes on a stale G tile and stores nothing.
-  dv_half(p, job, s, wg, wq, g, i, a, len, last_job);
+  dv_half<false>(p, job, s, wg, wq, g, i, a, len, last_job);
 }
 }  // namespace m3b64kv
 

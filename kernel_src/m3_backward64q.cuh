@@ -56,6 +56,9 @@ static_assert(kDynamicSmem == kM3Backward64qSmemBytes, "the host launches with k
 
 // m3_forward64's staging reads and writes through these accessors.
 struct SmemQ {
+  // stage_qk keeps q . k (the full backward's layout does). Enumerators, not static constexpr
+  // members: those became device globals and moved every other global's address.
+  enum : int { kKeepsQkRaw = 0, kQkRawVec = 0 };
   char* base;
   unsigned addr;
   M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
@@ -66,6 +69,21 @@ struct SmemQ {
   M3_DEV float* phi() const { return reinterpret_cast<float*>(base + kPhi); }
   M3_DEV float* vec(int which) const { return reinterpret_cast<float*>(base + kVec) + which * kJob; }
   M3_DEV float* scalars() const { return reinterpret_cast<float*>(base + kScalars); }
+};
+
+// The shared-window address of a pointer into a layout's tiles.
+template <class Tiles>
+M3_DEV unsigned smem_addr(const Tiles& s, const void* ptr) {
+  return s.addr + static_cast<unsigned>(reinterpret_cast<const char*>(ptr) - s.base);
+}
+
+// Where the full backward (m3_backward64.cuh) collects the per-token terms of a half that its tail
+// needs: the angle gradient tile dphi [32][LDA] (the q side writes its part, the k side adds its
+// own) and the per-warp partial sums part[warp][32] of the term the function computes (u, dsc or
+// x). The q and k/v sides alone (v121, v123) compute none of them (kTerms false).
+struct TermOut {
+  float* dphi;
+  float* part;
 };
 
 // dy = dout z sigmoid(z) (v103's backward's formula) and v, as fp32 rows of the swizzled tiles,
@@ -111,10 +129,11 @@ M3_DEV void stage_dy_v(const M3Params& p, const Job64& job, const Tiles& s, int 
 // dqr^T of half h for this warpgroup's rows n: the inter part from the entering state `st`
 // (row-major [p][n]; nullptr: zero), scaled by e_t, then the intra part. On return acc holds, for
 // each block jb of 8 tokens, d[4 jb + e] = (n0, token 8 jb + 2 i + e) and d[4 jb + 2 + e] = (n0 + 1,
-// same) with n0 = 64 wg + 16 wq + 2 g.
-M3_DEV void dqr_half(const SmemQ& s, const float* st, int h, int n0, int i, float (&acc)[16]) {
-#pragma unroll
-  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+// same) with n0 = 64 wg + 16 wq + 2 g. With kTerms, u[t] = qr[t] . (the inter part of dqr[t]) is
+// left as per-warp partial sums in terms.part.
+template <bool kTerms, class Tiles>
+M3_DEV void dqr_half(const Tiles& s, const float* st, int h, int n0, int i, float (&acc)[16], TermOut terms = {}) {
+  m3wg::zero_accumulator(acc);
   {
     // A(16 w + g, k) = S^T(n0, k) = S(k, n0), A(16 w + g + 8, k) = S(k, n0 + 1): one 8-byte load
     // per pair; the rows p = 8 k + i and + 4 of the k-step.
@@ -125,7 +144,7 @@ M3_DEV void dqr_half(const SmemQ& s, const float* st, int h, int n0, int i, floa
       const float2 hi = st ? __ldg(reinterpret_cast<const float2*>(st + (8 * k + i + 4) * N + n0)) : make_float2(0.f, 0.f);
       a[k][0] = lo.x, a[k][1] = lo.y, a[k][2] = hi.x, a[k][3] = hi.y;
     }
-    const unsigned dy_a = s.addr + kDy + 4096 * h;  // the half's 32 token rows of every block
+    const unsigned dy_a = smem_addr(s, s.dy()) + 4096 * h;  // the half's 32 token rows of every block
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
@@ -146,6 +165,21 @@ M3_DEV void dqr_half(const SmemQ& s, const float* st, int h, int n0, int i, floa
       }
     }
   }
+  if constexpr (kTerms) {
+    // u's partials: this thread's pair, then the warp's 8 pairs (lanes 4 g + i, g summed).
+#pragma unroll
+    for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = 32 * h + 8 * jb + 2 * i + e;
+        const float2 q = *reinterpret_cast<const float2*>(s.qr() + m3wg::sw128_index(kJob, t, n0));
+        float x = q.x * acc[4 * jb + e] + q.y * acc[4 * jb + 2 + e];
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+        if ((threadIdx.x & 31) < 4) terms.part[(threadIdx.x >> 5) * 32 + t - 32 * h] = x;
+      }
+    }
+  }
   {
     // A = KS^T of the half: (n0, s) and (n0 + 1, s) are one 8-byte word of KS's row s.
     float a[4][4];
@@ -157,7 +191,7 @@ M3_DEV void dqr_half(const SmemQ& s, const float* st, int h, int n0, int i, floa
       const float2 hi = *reinterpret_cast<const float2*>(ks + m3wg::sw128_index(kJob, s0 + 4, n0));
       a[k][0] = lo.x, a[k][1] = lo.y, a[k][2] = hi.x, a[k][3] = hi.y;
     }
-    const unsigned dmw_a = s.addr + kVt + 4096 * h;
+    const unsigned dmw_a = smem_addr(s, s.dmw(h));
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -170,9 +204,10 @@ M3_DEV void dqr_half(const SmemQ& s, const float* st, int h, int n0, int i, floa
 
 // dqh = R(-phi) dqr + (dqk gamma) (k + k_bias) for the thread's rotary pair (n0, n0 + 1) and eight
 // tokens of half h; ws_dqh gets them, and the half's chunk its dq_bias partial (quad sums in a
-// fixed order).
-M3_DEV void dqh_epilogue(const M3Params& p, const Job64& job, const SmemQ& s, const float (&acc)[16], int h, int a,
-                         int len, int n0, int i, long long row) {
+// fixed order). With kTerms, the pair's angle gradient qr x dqr goes to terms.dphi.
+template <bool kTerms, class Tiles>
+M3_DEV void dqh_epilogue(const M3Params& p, const Job64& job, const Tiles& s, const float (&acc)[16], int h, int a,
+                         int len, int n0, int i, long long row, TermOut terms = {}) {
   const int H = p.H, pair = n0 >> 1;
   const float2 kb = *reinterpret_cast<const float2*>(p.k_bias + job.h * N + n0);
   float b0 = 0.f, b1 = 0.f;
@@ -189,6 +224,10 @@ M3_DEV void dqh_epilogue(const M3Params& p, const Job64& job, const SmemQ& s, co
         m3_sincos(s.phi()[t * kPhiStride + pair], &sn, &cs);
         u0 = d0 * cs + d1 * sn;
         u1 = -d0 * sn + d1 * cs;
+        if constexpr (kTerms) {
+          const float2 q = *reinterpret_cast<const float2*>(s.qr() + m3wg::sw128_index(kJob, t, n0));
+          terms.dphi[(t - 32 * h) * LDA + pair] = q.x * d1 - q.y * d0;
+        }
       }
       const long long tg = static_cast<long long>(job.start) + a + t;
       const unsigned kraw = *reinterpret_cast<const unsigned*>(p.k + tg * N + n0);
@@ -231,8 +270,7 @@ M3_DEV void backward64q_job(const M3Params& p, const SmemQ& s, const Job64& job)
   // 2. dM of half wg's keys against all 64 tokens (the other half's rows are never read), then dM W.
   {
     float dm[16];
-#pragma unroll
-    for (int e = 0; e < 16; ++e) dm[e] = 0.f;
+    m3wg::zero_accumulator(dm);
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < P / 8; ++k) {
@@ -271,8 +309,8 @@ M3_DEV void backward64q_job(const M3Params& p, const SmemQ& s, const Job64& job)
     // The state entering the half's chunk: the forward's ws_states slot, zero for a sequence's first.
     const float* st = (h == 0 && job.round == 0) ? nullptr : p.ws_states + (slot0 + h * H) * P * N;
     float acc[16];
-    dqr_half(s, st, h, n0, i, acc);
-    dqh_epilogue(p, job, s, acc, h, a, len, n0, i, slot0 + h * H);
+    dqr_half<false>(s, st, h, n0, i, acc);
+    dqh_epilogue<false>(p, job, s, acc, h, a, len, n0, i, slot0 + h * H);
   }
 }
 }  // namespace m3b64q

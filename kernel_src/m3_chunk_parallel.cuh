@@ -1452,3 +1452,6 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if M3_CP_BACKWARD64KV
 #include "m3_backward64kv.cuh"
 #endif
+#if M3_CP_BACKWARD64
+#include "m3_backward64.cuh"
+#endif

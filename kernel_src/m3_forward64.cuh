@@ -83,6 +83,9 @@ enum : int { kCl, kE, kWb, kSkip, kSc, kGam };
 enum : int { kAlpha0, kAlpha1 };
 
 struct Smem64 {
+  // stage_qk keeps q . k (the full backward's layout does). Enumerators, not static constexpr
+  // members: those became device globals and moved every other global's address.
+  enum : int { kKeepsQkRaw = 0, kQkRawVec = 0 };
   char* base;
   unsigned addr;  // its shared-window address
   M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
@@ -261,6 +264,9 @@ M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a,
 #pragma unroll
     for (int off = 8; off > 0; off >>= 1) raw += __shfl_xor_sync(0xffffffffu, raw, off);
     if (o == 0) s.vec(kSkip)[t] = live ? dh - raw * s.vec(kGam)[t] : 0.f;
+    if constexpr (Tiles::kKeepsQkRaw != 0) {
+      if (o == 0) s.vec(Tiles::kQkRawVec)[t] = live ? raw : 0.f;  // the full backward's tail (dgam)
+    }
   }
 }
 

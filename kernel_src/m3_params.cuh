@@ -96,6 +96,8 @@ enum : int { kM3Forward64SmemBytes = 110144 };
 enum : int { kM3Backward64qSmemBytes = 110400 };
 // And for its k/v side (m3_backward64kv.cuh).
 enum : int { kM3Backward64kvSmemBytes = 208704 };
+// And for the whole chunk-64 backward (m3_backward64.cuh).
+enum : int { kM3Backward64SmemBytes = 221120 };
 
 // Ints per entry of the M3_CP_RICH_SCHEDULE ticket table: {seq, round, start, 0}, {len,
 // chunk_base, 0, 0}, seq = -1 past the last (sequence, round) pair.

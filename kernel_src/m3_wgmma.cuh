@@ -43,6 +43,15 @@ M3_DEV unsigned long long sw128_kstep(unsigned tile_address, int rows, int s) {
 // (wgmma operands, TMA stores). A barrier must still follow for the other threads' stores.
 M3_DEV void fence_shared_for_async_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// Zeroes an accumulator by one immediate move a register. Plain `d[e] = 0.f` let the compiler copy
+// every zero from one register, at times another product's accumulator, and ptxas then injected
+// warpgroup waits and arrives around the products (C7517, C7519: "to allow use of registers").
+template <int K>
+M3_DEV void zero_accumulator(float (&d)[K]) {
+#pragma unroll
+  for (int e = 0; e < K; ++e) asm volatile("mov.b32 %0, 0;" : "=f"(d[e]));
+}
+
 // Before the first wgmma of a batch: the accumulator registers written by ordinary code are ready.
 M3_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 M3_DEV void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

@@ -74,7 +74,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v117", 32, 256}, OpConfig{"v118", 32, 256},
                                                 OpConfig{"v119", 32, 256}, OpConfig{"v120", 32, 256},
                                                 OpConfig{"v121", 32, 256}, OpConfig{"v122", 32, 256},
-                                                OpConfig{"v123", 32, 256}, OpConfig{"v124", 32, 256}};
+                                                OpConfig{"v123", 32, 256}, OpConfig{"v124", 32, 256},
+                                                OpConfig{"v125", 32, 256}, OpConfig{"v126", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -112,7 +113,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v110", "v109", "v8"}, {"v112", "v111", "v8"}, {"v114", "v113", "v8"},
                               {"v116", "v115", "v8"},
                               {"v118", "v117", "v8"}, {"v120", "v119", "v8"},
-                              {"v122", "v121", "v8"}, {"v124", "v123", "v8"}};
+                              {"v122", "v121", "v8"}, {"v124", "v123", "v8"},
+                              {"v126", "v125", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -322,11 +324,14 @@ int seq_bucket(long long num_seqs) {
 // warpgroup products, launched between the forward and the backward, which leaves them alone
 // (M3_CP_BACKWARD64Q, m3_cp_backward64q), results within rounding; v123: v121 whose per-head dk,
 // dk_bias partials and dv come from the k/v side of that backward, with its own state-gradient
-// chain, launched after the q side (M3_CP_BACKWARD64KV, m3_cp_backward64kv), results within rounding.
+// chain, launched after the q side (M3_CP_BACKWARD64KV, m3_cp_backward64kv), results within rounding;
+// v125: v123 whose backward is the whole chunk-64 backward in one kernel (M3_CP_BACKWARD64,
+// m3_cp_backward64: both sides' phases, the dc and dphi terms and v103's tail) instead of the
+// q side, the k/v side and v103's backward, results within rounding.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
-// v120, v122 and v124 have no kernels of their own (kDispatch).
+// v120, v122, v124 and v126 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -387,6 +392,7 @@ struct VariantTraits {
   bool forward64 = false;           // v119
   bool backward64q = false;         // v121
   bool backward64kv = false;        // v123
+  bool backward64 = false;          // v125
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -468,7 +474,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v117", "v103", &VariantTraits::bulk_state},
                                     {"v119", "v103", &VariantTraits::forward64},
                                     {"v121", "v119", &VariantTraits::backward64q},
-                                    {"v123", "v121", &VariantTraits::backward64kv}};
+                                    {"v123", "v121", &VariantTraits::backward64kv},
+                                    {"v125", "v123", &VariantTraits::backward64}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -591,6 +598,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.forward64) src.options.push_back("-DM3_CP_FORWARD64=1");
   if (tr.backward64q) src.options.push_back("-DM3_CP_BACKWARD64Q=1");
   if (tr.backward64kv) src.options.push_back("-DM3_CP_BACKWARD64KV=1");
+  if (tr.backward64) src.options.push_back("-DM3_CP_BACKWARD64=1");
   src.arch = arch;
   return src;
 }
@@ -613,6 +621,7 @@ bool overlaps_backward(const OpConfig& c) { return kernel_traits(c).overlapped_b
 bool uses_forward64(const OpConfig& c) { return kernel_traits(c).forward64; }
 bool uses_backward64q(const OpConfig& c) { return kernel_traits(c).backward64q; }
 bool uses_backward64kv(const OpConfig& c) { return kernel_traits(c).backward64kv; }
+bool uses_backward64(const OpConfig& c) { return kernel_traits(c).backward64; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
   const VariantTraits tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;
@@ -669,7 +678,10 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 }  // namespace
 
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
-std::size_t backward_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, traits(c).global_states); }
+std::size_t backward_smem_bytes(const OpConfig& c) {
+  if (traits(c).backward64) return kM3Backward64SmemBytes;
+  return layout_bytes(c, false, traits(c).global_states);
+}
 std::size_t forward_smem_bytes(const OpConfig& c) {
   if (traits(c).forward64) return kM3Forward64SmemBytes;
   return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state != 0);

@@ -94,6 +94,10 @@ bool uses_backward64q(const OpConfig& config);
 // forward's), kM3Backward64kvSmemBytes of dynamic shared memory; it writes ws_dkh, the dk half of
 // ws_partial and dv, which that variant's backward then leaves alone.
 bool uses_backward64kv(const OpConfig& config);
+// True for the variant (v125) whose backward is m3_cp_backward64, the whole chunk-64 backward in
+// one kernel: the chunk-64 forward's grid (tickets after the forward's), backward_smem_bytes of
+// dynamic shared memory (one CTA per SM); neither side's test-bed kernel is launched.
+bool uses_backward64(const OpConfig& config);
 // The cluster size of the backward launch for H heads: 1, or for the variants whose backward sums
 // dq and dk over clusters of heads (v53: 4, v55: 8) the largest power of two up to that which
 // divides H. ws_dqh and ws_dkh then hold H / size rows per token.

@@ -75,6 +75,8 @@ struct CallKernels {
   const LoadedKernel* cp_backward64q = nullptr;
   // Its k/v side (v123), launched after it.
   const LoadedKernel* cp_backward64kv = nullptr;
+  // The whole chunk-64 backward (v125) is the backward kernel, on the forward's grid.
+  bool backward64 = false;
 };
 
 CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool capturing) {
@@ -96,12 +98,13 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.forward64 = uses_forward64(config);
     k.cp_forward = &kernel_for(scan_src, k.forward64 ? "m3_cp_forward64" : "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
-    k.cp_backward = &kernel_for(scan_src, "m3_cp_backward", k.backward_smem, capturing);
-    if (uses_backward64q(config)) {
+    k.backward64 = uses_backward64(config);
+    k.cp_backward = &kernel_for(scan_src, k.backward64 ? "m3_cp_backward64" : "m3_cp_backward", k.backward_smem, capturing);
+    if (uses_backward64q(config) && !k.backward64) {
       k.cp_backward64q = &kernel_for(scan_src, "m3_cp_backward64q", kM3Backward64qSmemBytes, capturing);
       k.cp_backward64q->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64qSmemBytes);
     }
-    if (uses_backward64kv(config)) {
+    if (uses_backward64kv(config) && !k.backward64) {
       k.cp_backward64kv = &kernel_for(scan_src, "m3_cp_backward64kv", kM3Backward64kvSmemBytes, capturing);
       k.cp_backward64kv->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64kvSmemBytes);
     }
@@ -392,7 +395,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       kernels.cp_backward64kv->launch(lc, args);
       stages.mark("backward64kv launch");
     }
-    lc.grid[0] = cp_grid(kernels.backward_ctas);
+    lc.grid[0] = kernels.backward64 ? grid64 : cp_grid(kernels.backward_ctas);
     lc.dynamic_smem = kernels.backward_smem;
     lc.cluster[0] = head_cluster;  // divides H, and so the grid of total_chunks * H CTAs
     const bool programmatic = lc.programmatic;

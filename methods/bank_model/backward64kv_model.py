@@ -58,7 +58,10 @@ def g_frags(gregs, k):
     return [tuple(gregs[x][4 * k + j] for j in G_ORDER) for x in range(128)]
 
 
-def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base):
+def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=None, ws_states=None):
+    """One job; with `terms` (the whole backward, v125) also G's row and column sums, dsc, x, the k
+    half of dphi (added to the q half's) and da per chunk, as the kernel's kTerms path computes
+    them (da from the forward's states in `ws_states`)."""
     H = inp.H
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
     jobs = (slen + JOB - 1) // JOB
@@ -103,6 +106,11 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base):
                         w = np.exp(cl[t] - cl[sk], dtype=f32) if (sk <= t < length) else f32(0)
                         smem[K_MT // 4 + 1024 * wg + at + e] = w * st[x][4 * jb + 2 * hh + e]
                         smem[K_DMWT // 4 + 1024 * wg + at + e] = w * dm[x][4 * jb + 2 * hh + e]
+                        if terms is not None and sk <= t < length:  # G = dM * M
+                            gm = float(dm[x][4 * jb + 2 * hh + e] * (w * st[x][4 * jb + 2 * hh + e]))
+                            for name, tok in (("colg", sk), ("rowg", t)):
+                                key = (start + a + tok, h)
+                                terms[name][key] = terms[name].get(key, 0.0) + gm
 
     # V_h^T, the chain and the hand-off
     second = length > C
@@ -146,6 +154,25 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base):
                 handed[(((4 * wg + wq) * 8 + jb) * 32 + lane) * 4:][:4] = hand[4 * jb:4 * jb + 4]
         gl.append(glw)
         g0.append(g0w)
+    if terms is not None:  # da of each half: alpha_h <G_h, S_h>
+        for hf, gsrc in ((0, g0), (1, gl)):
+            if hf == 1 and not second:
+                continue
+            if hf == 0 and rnd == 0:
+                terms["da"][(chunk_base + 2 * rnd, h)] = 0.0
+                continue
+            st_h = ws_states[(slot0 + hf, h)]
+            tot = 0.0
+            for wg in range(2):
+                for x in range(128):
+                    wq, lane = x // 32, x % 32
+                    g, i = lane // 4, lane % 4
+                    n0 = row_of(wg, wq, g)
+                    for jb in range(8):
+                        for e in range(2):
+                            tot += float(gsrc[wg][x][4 * jb + e]) * st_h[p_at(jb, i, e), n0]
+                            tot += float(gsrc[wg][x][4 * jb + 2 + e]) * st_h[p_at(jb, i, e), n0 + 1]
+            terms["da"][(chunk_base + 2 * rnd + hf, h)] = float(alpha[hf]) * tot
     if rnd > 0:
         in_range(slot0, "forward flag / ws_dstates write", spare=1)
         assert (slot0, h) not in flags, f"flag {(slot0, h)} raised twice"
@@ -201,11 +228,19 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base):
                         if last_job and t == length - 1:
                             d0, d1 = d0 + out["dfk"][seq, h, n0], d1 + out["dfk"][seq, h, n0 + 1]
                         u0, u1 = d0, d1
+                        tg = start + a + t
+                        kr0, kr1 = inp.k[tg, n0] + inp.k_bias[h, n0], inp.k[tg, n0 + 1] + inp.k_bias[h, n0 + 1]
                         if pair < A:
                             ph = smem[K_PHI // 4 + t * PHI_STRIDE + pair]
                             sn, cs = f32(math.sin(ph)), f32(math.cos(ph))
                             u0, u1 = d0 * cs + d1 * sn, -d0 * sn + d1 * cs
-                        tg = start + a + t
+                            kr0, kr1 = kr0 * cs - kr1 * sn, kr0 * sn + kr1 * cs
+                            if terms is not None:
+                                key = (tg, h, pair)
+                                terms["dphi"][key] = terms["dphi"].get(key, 0.0) + float(kr0 * d1 - kr1 * d0)
+                        if terms is not None:
+                            key = (tg, h)
+                            terms["dsc"][key] = terms["dsc"].get(key, 0.0) + float(acc[x][4 * jb + e] * kr0 + acc[x][4 * jb + 2 + e] * kr1)
                         q0, q1 = inp.q[tg, n0] + inp.q_bias[h, n0], inp.q[tg, n0 + 1] + inp.q_bias[h, n0 + 1]
                         gt = -dyv[t] * vec["gam"][t]
                         key = (tg, h, n0)
@@ -238,6 +273,13 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base):
                     w = vec["wb"][32 * hf + 8 * jb + 2 * i + e]
                     acc[x][4 * jb + e] *= w
                     acc[x][4 * jb + 2 + e] *= w
+                    t = 32 * hf + 8 * jb + 2 * i + e
+                    if terms is not None and t < length:  # x: v . (the state part of dv)
+                        p0 = 16 * (x // 32) + (x % 32) // 4
+                        key = (start + a + t, h)
+                        terms["xs"][key] = terms["xs"].get(key, 0.0) + float(
+                            smem[K_VT // 4 + sw128_index(JOB, t, p0)] * acc[x][4 * jb + e]
+                            + smem[K_VT // 4 + sw128_index(JOB, t, p0 + 8)] * acc[x][4 * jb + 2 + e])
         for k in range(4):
             frags = []
             for x in range(128):

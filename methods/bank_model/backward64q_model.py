@@ -60,7 +60,9 @@ def stage_dy_v(inp, smem, first_token, length, h):
     return dyv
 
 
-def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base):
+def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base, terms=None):
+    """One job; with `terms` (the whole backward, v125) also u[(token, head)] and the q half of
+    dphi[(token, head, pair)] as the kernel's kTerms path computes them."""
     H = inp.H
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
     a = rnd * JOB
@@ -128,6 +130,17 @@ def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base):
                         et = vec["e"][32 * h2 + 8 * jb + 2 * i + e]
                         acc[x][4 * jb + e] *= et
                         acc[x][4 * jb + 2 + e] *= et
+            if terms is not None:  # u: qr . (the inter part), this thread's pair
+                for x in range(128):
+                    wq, lane = x // 32, x % 32
+                    g, i = lane // 4, lane % 4
+                    n0 = row_of(wg, wq, g)
+                    for jb in range(4):
+                        for e in range(2):
+                            t = 32 * h2 + 8 * jb + 2 * i + e
+                            q = K_QR // 4 + sw128_index(JOB, t, n0)
+                            key = (start + a + t, h)
+                            terms["u"][key] = terms["u"].get(key, 0.0) + float(smem[q] * acc[x][4 * jb + e] + smem[q + 1] * acc[x][4 * jb + 2 + e])
             # the intra part, A = KS^T from the KS tile
             for k in range(4):
                 frags = []
@@ -160,6 +173,9 @@ def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base):
                             ph = smem[K_PHI // 4 + t * PHI_STRIDE + pair]
                             sn, cs = f32(math.sin(ph)), f32(math.cos(ph))
                             u0, u1 = d0 * cs + d1 * sn, -d0 * sn + d1 * cs
+                            if terms is not None:
+                                q = K_QR // 4 + sw128_index(JOB, t, n0)
+                                terms["dphi"][(start + a + t, h, pair)] = float(smem[q] * d1 - smem[q + 1] * d0)
                         tg = start + a + t
                         k0, k1 = inp.k[tg, n0] + kb[0], inp.k[tg, n0 + 1] + kb[1]
                         gt = -dyv[t] * vec["gam"][t]

@@ -77,17 +77,21 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
   // ptxas serializes every wgmma of a kernel, silently but for one info line, when a product runs
   // short of registers, reads register operands written since the last fence, or sits in a branch
   // per warpgroup; each happened while the kernel was written. The line must stay absent, for
-  // the q and k/v sides of the chunk-64 backward (v121, v123: their modules hold the forward) too.
-  for (const char* variant : {"v119", "v121", "v123"}) {
+  // the chunk-64 backward's kernels (v121, v123, v125: their modules hold the forward) too.
+  for (const char* variant : {"v119", "v121", "v123", "v125"}) {
     const CompileOutput out = compile_with_nvrtc(scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a"));
     INFO(variant << "\n" << out.log);
     CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
     CHECK(lines_containing(out.log, "Potential Performance Loss").empty());
+    // Nor may ptxas inject a warpgroup wait or arrive (C7517, C7519: a register operand or
+    // accumulator touched while a product may still use it), which stalls the warpgroup there.
+    CHECK(lines_containing(out.log, "is injected").empty());
     // The module holds the q and k/v sides' entries only where the variant launches them (their
     // symbols name them).
     const std::string v(variant);
     CHECK((out.cubin.find("m3_cp_backward64q") != std::string::npos) == (v != "v119"));
-    CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123"));
+    CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123" || v == "v125"));
+    CHECK((out.cubin.find(std::string("m3_cp_backward64\0", 17)) != std::string::npos) == (v == "v125"));
   }
   CHECK(lines_containing("a\nptxas info: Potential Performance Loss: x\nb", "Performance Loss") ==
         "ptxas info: Potential Performance Loss: x");
@@ -240,7 +244,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}, {"v120", "v119"}, {"v122", "v121"}, {"v124", "v123"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}, {"v120", "v119"}, {"v122", "v121"}, {"v124", "v123"}, {"v126", "v125"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -424,6 +428,21 @@ TEST_CASE("v123 is v121 with the k/v side of the chunk-64 backward, nothing else
   CHECK(uses_backward64q(v123));
   CHECK(reduce_source(v123).name == reduce_source(v121).name);
   CHECK(resolve_kernels(parse_op_config("variant=v124"), 1).variant == "v123");
+}
+
+TEST_CASE("v125 is v123 whose backward is the whole chunk-64 backward, nothing else", "[registry]") {
+  const OpConfig v123 = parse_op_config("variant=v123"), v125 = parse_op_config("variant=v125");
+  KernelSource a = scan_source(v123, 8), b = scan_source(v125, 8);
+  CHECK(has_option(b, "-DM3_CP_BACKWARD64=1"));
+  CHECK_FALSE(has_option(a, "-DM3_CP_BACKWARD64=1"));
+  b.options.erase(std::remove(b.options.begin(), b.options.end(), "-DM3_CP_BACKWARD64=1"), b.options.end());
+  CHECK(a.options == b.options);
+  CHECK(uses_backward64(v125));
+  CHECK_FALSE(uses_backward64(v123));
+  CHECK(backward_smem_bytes(v125) == static_cast<std::size_t>(kM3Backward64SmemBytes));
+  CHECK(forward_smem_bytes(v125) == forward_smem_bytes(v123));
+  CHECK(reduce_source(v125).name == reduce_source(v123).name);
+  CHECK(resolve_kernels(parse_op_config("variant=v126"), 1).variant == "v125");
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {

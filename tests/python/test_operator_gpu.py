@@ -12,7 +12,7 @@ from mamba3_jit.training import _native_op
 pytestmark = pytest.mark.gpu
 
 # Every kernel variant a solver version can select stays correct.
-VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "v32", "v33", "v34", "v35", "v36", "v37", "v38", "v39", "v40", "v41", "v42", "v43", "v44", "v45", "v46", "v47", "v48", "v49", "v50", "v51", "v52", "v53", "v54", "v55", "v56", "v57", "v58", "v59", "v60", "v61", "v62", "v63", "v64", "v65", "v66", "v67", "v68", "v69", "v70", "v71", "v72", "v73", "v74", "v75", "v76", "v77", "v78", "v79", "v80", "v81", "v82", "v83", "v84", "v85", "v86", "v87", "v88", "v89", "v90", "v91", "v92", "v93", "v94", "v95", "v96", "v97", "v98", "v99", "v100", "v101", "v102", "v103", "v104", "v105", "v106", "v107", "v108", "v109", "v110", "v111", "v112", "v113", "v114", "v115", "v116", "v117", "v118", "v119", "v120", "v121", "v122", "v123", "v124"]
+VARIANTS = ["v1", "v2", "v3", "v4", "v5", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "v32", "v33", "v34", "v35", "v36", "v37", "v38", "v39", "v40", "v41", "v42", "v43", "v44", "v45", "v46", "v47", "v48", "v49", "v50", "v51", "v52", "v53", "v54", "v55", "v56", "v57", "v58", "v59", "v60", "v61", "v62", "v63", "v64", "v65", "v66", "v67", "v68", "v69", "v70", "v71", "v72", "v73", "v74", "v75", "v76", "v77", "v78", "v79", "v80", "v81", "v82", "v83", "v84", "v85", "v86", "v87", "v88", "v89", "v90", "v91", "v92", "v93", "v94", "v95", "v96", "v97", "v98", "v99", "v100", "v101", "v102", "v103", "v104", "v105", "v106", "v107", "v108", "v109", "v110", "v111", "v112", "v113", "v114", "v115", "v116", "v117", "v118", "v119", "v120", "v121", "v122", "v123", "v124", "v125", "v126"]
 
 
 def _run(case, variant="v1"):
@@ -312,6 +312,29 @@ def test_v123_kv_side_backward_changes_only_dk_and_dv_within_rounding(seq_lens, 
             assert torch.equal(a, b), f"{name} differs between v121 and v123"
 
 
+@pytest.mark.parametrize("seq_lens,seed", [([959, 300, 0, 64, 1, 33], 487), ([4000, 17, 2900, 1], 491),
+                                           ([150, 129, 191, 96, 32], 499)])
+def test_v125_whole_chunk64_backward_is_v123_on_its_sides_and_v89_within_rounding(seq_lens, seed):
+    """v125's backward is one kernel (m3_cp_backward64) built from v121's and v123's phases plus the
+    dc and dphi terms and v103's tail: the forward's results, dz, dq, dk, dv and the bias gradients
+    bitwise v123's (the same device functions on the same operands), dadt, ddt, dtrap, dangles and
+    dd within rounding of v89's (relative L2 distance at most 5e-3), bitwise the same from call to
+    call."""
+    case = make_case(seq_lens, seed=seed, device="cuda")
+    sides = _run(case, "v123")
+    ref = _run(case, "v89")
+    got = _run(case, "v125")
+    again = _run(case, "v125")
+    for name, a, b, c, d in zip(RESULT_NAMES, ref, got, again, sides):
+        assert torch.equal(b, c), f"{name}: two v125 calls differ"
+        assert torch.isfinite(b.float()).all(), f"{name}: v125 gives non-finite values"
+        if name in ("dadt", "ddt", "dtrap", "dangles", "dd"):
+            dist, absolute = rel_l2(b, a)
+            assert (dist == 0.0) if absolute else (dist <= 5e-3), f"{name}: v125 against v89, distance {dist:.2e}"
+        else:
+            assert torch.equal(b, d), f"{name} differs between v123 and v125"
+
+
 @pytest.mark.parametrize("seq_lens,seed", [([959, 300, 0, 64, 1, 33], 409), ([4000, 17, 2900, 1], 419),
                                            ([150, 129, 191], 421)])
 def test_row_major_forward_state_changes_only_the_outputs_rounding(seq_lens, seed):
@@ -406,7 +429,7 @@ def test_head_clusters_change_only_the_order_of_the_dq_dk_sums(variant, heads):
 
 
 @pytest.mark.parametrize("variant,fast",
-                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25"), ("v28", "v27"), ("v30", "v29"), ("v32", "v31"), ("v34", "v33"), ("v36", "v35"), ("v38", "v37"), ("v40", "v39"), ("v42", "v41"), ("v44", "v43"), ("v46", "v45"), ("v48", "v47"), ("v50", "v49"), ("v52", "v51"), ("v54", "v53"), ("v56", "v55"), ("v58", "v57"), ("v60", "v59"), ("v62", "v61"), ("v64", "v63"), ("v66", "v65"), ("v68", "v67"), ("v70", "v69"), ("v72", "v71"), ("v74", "v73"), ("v76", "v75"), ("v78", "v77"), ("v80", "v79"), ("v82", "v81"), ("v84", "v83"), ("v86", "v85"), ("v88", "v87"), ("v90", "v89"), ("v92", "v91"), ("v94", "v93"), ("v96", "v95"), ("v98", "v97"), ("v100", "v99"), ("v102", "v101"), ("v104", "v103"), ("v106", "v105"), ("v108", "v107"), ("v110", "v109"), ("v112", "v111"), ("v114", "v113"), ("v116", "v115"), ("v118", "v117"), ("v120", "v119"), ("v122", "v121"), ("v124", "v123")])
+                         [("v9", "v7"), ("v12", "v11"), ("v14", "v13"), ("v16", "v15"), ("v18", "v17"), ("v20", "v19"), ("v22", "v21"), ("v24", "v23"), ("v26", "v25"), ("v28", "v27"), ("v30", "v29"), ("v32", "v31"), ("v34", "v33"), ("v36", "v35"), ("v38", "v37"), ("v40", "v39"), ("v42", "v41"), ("v44", "v43"), ("v46", "v45"), ("v48", "v47"), ("v50", "v49"), ("v52", "v51"), ("v54", "v53"), ("v56", "v55"), ("v58", "v57"), ("v60", "v59"), ("v62", "v61"), ("v64", "v63"), ("v66", "v65"), ("v68", "v67"), ("v70", "v69"), ("v72", "v71"), ("v74", "v73"), ("v76", "v75"), ("v78", "v77"), ("v80", "v79"), ("v82", "v81"), ("v84", "v83"), ("v86", "v85"), ("v88", "v87"), ("v90", "v89"), ("v92", "v91"), ("v94", "v93"), ("v96", "v95"), ("v98", "v97"), ("v100", "v99"), ("v102", "v101"), ("v104", "v103"), ("v106", "v105"), ("v108", "v107"), ("v110", "v109"), ("v112", "v111"), ("v114", "v113"), ("v116", "v115"), ("v118", "v117"), ("v120", "v119"), ("v122", "v121"), ("v124", "v123"), ("v126", "v125")])
 def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fast):
     """The dispatch-only variants: bitwise their fast variant while every sequence has at most 4096
     tokens, bitwise v8 (about fp32-exact tile products) once one is longer."""
@@ -421,7 +444,7 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
 COTANGENTS = ("dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v")
 
 
-@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25", "v27", "v29", "v31", "v33", "v35", "v37", "v39", "v41", "v43", "v45", "v47", "v49", "v51", "v53", "v55", "v57", "v59", "v61", "v63", "v65", "v67", "v69", "v71", "v73", "v75", "v77", "v79", "v81", "v83", "v85", "v87", "v89", "v91", "v93", "v95", "v97", "v99", "v101", "v103", "v105", "v107", "v109", "v111", "v113", "v115", "v117", "v119", "v121", "v123"])
+@pytest.mark.parametrize("variant", ["v5", "v9", "v10", "v11", "v12", "v13", "v15", "v17", "v19", "v21", "v23", "v25", "v27", "v29", "v31", "v33", "v35", "v37", "v39", "v41", "v43", "v45", "v47", "v49", "v51", "v53", "v55", "v57", "v59", "v61", "v63", "v65", "v67", "v69", "v71", "v73", "v75", "v77", "v79", "v81", "v83", "v85", "v87", "v89", "v91", "v93", "v95", "v97", "v99", "v101", "v103", "v105", "v107", "v109", "v111", "v113", "v115", "v117", "v119", "v121", "v123", "v125"])
 def test_forward_only_and_missing_cotangents(variant):
     """The forward-only op returns bitwise the joint op's five forward results, and a cotangent
     passed as None gives bitwise what a zero tensor gives."""
