@@ -63,23 +63,8 @@ enum : int { kQkRaw = 7, kDtV = 8, kPV = 9, kColG = 10, kDa = 11 };
 // Scalars past alpha_0, alpha_1: the next chunk's first gate and dt after each half.
 enum : int { kPNext0 = 2, kDtNext0 = 4 };
 
-struct SmemB {
-  enum : int { kKeepsQkRaw = 1, kQkRawVec = kQkRaw };
-  char* base;
-  unsigned addr;
-  M3_DEV float* qr() const { return reinterpret_cast<float*>(base + m3b64kv::kQr); }
-  M3_DEV float* ks() const { return reinterpret_cast<float*>(base + m3b64kv::kKs); }
-  M3_DEV float* dy() const { return reinterpret_cast<float*>(base + m3b64kv::kDy); }
-  M3_DEV float* vt() const { return reinterpret_cast<float*>(base + m3b64kv::kVt); }
-  M3_DEV float* dyte() const { return reinterpret_cast<float*>(base + m3b64kv::kDyTe); }
-  M3_DEV float* mt(int h) const { return reinterpret_cast<float*>(base + m3b64kv::kMt + 4096 * h); }
-  M3_DEV float* dmwt(int h) const { return reinterpret_cast<float*>(base + m3b64kv::kDmwT + 4096 * h); }
-  M3_DEV float* g(int h) const { return reinterpret_cast<float*>(base + m3b64kv::kG + 32768 * h); }
-  M3_DEV float* dmw(int h) const { return reinterpret_cast<float*>(base + kDmw + 4096 * h); }
-  M3_DEV float* phi() const { return reinterpret_cast<float*>(base + kPhiB); }
-  M3_DEV float* vec(int which) const { return reinterpret_cast<float*>(base + kVecB) + which * kJob; }
-  M3_DEV float* scalars() const { return reinterpret_cast<float*>(base + kScalarsB); }
-  M3_DEV float* at(int offset) const { return reinterpret_cast<float*>(base + offset); }
+struct SmemB : KvTiles<BackwardTiles<kPhiB, kVecB, kScalarsB, 1, kQkRaw>> {
+  M3_DEV float* dmw(int h) const { return at(kDmw + 4096 * h); }
 };
 
 // Per token of the job: dt and the gate sigmoid(trap) for the tail; after each half with tokens,
@@ -311,6 +296,6 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64(con
   if (job.seq < 0) return;
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
-  const SmemB s{reinterpret_cast<char*>(smem_raw) + pad, raw + pad};
+  const SmemB s{{{reinterpret_cast<char*>(smem_raw) + pad, raw + pad}}};
   backward64_job(p, s, job, job_words);
 }

@@ -55,24 +55,15 @@ enum : int {
 static_assert(kG + 2 * 32768 <= kPhi && kDmwT + 8192 <= kG && kMt + 8192 <= kDmwT, "regions overlap");
 static_assert(kDynamicSmem == kM3Backward64kvSmemBytes, "the host launches with kM3Backward64kvSmemBytes");
 
-struct SmemKV {
-  // stage_qk keeps q . k (the full backward's layout does). Enumerators, not static constexpr
-  // members: those became device globals and moved every other global's address.
-  enum : int { kKeepsQkRaw = 0, kQkRawVec = 0 };
-  char* base;
-  unsigned addr;
-  M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
-  M3_DEV float* ks() const { return reinterpret_cast<float*>(base + kKs); }
-  M3_DEV float* dy() const { return reinterpret_cast<float*>(base + kDy); }
-  M3_DEV float* vt() const { return reinterpret_cast<float*>(base + kVt); }
-  M3_DEV float* dyte() const { return reinterpret_cast<float*>(base + kDyTe); }
-  M3_DEV float* mt(int h) const { return reinterpret_cast<float*>(base + kMt + 4096 * h); }
-  M3_DEV float* dmwt(int h) const { return reinterpret_cast<float*>(base + kDmwT + 4096 * h); }
-  M3_DEV float* g(int h) const { return reinterpret_cast<float*>(base + kG + 32768 * h); }
-  M3_DEV float* phi() const { return reinterpret_cast<float*>(base + kPhi); }
-  M3_DEV float* vec(int which) const { return reinterpret_cast<float*>(base + kVec) + which * kJob; }
-  M3_DEV float* scalars() const { return reinterpret_cast<float*>(base + kScalars); }
+// The k/v side's tiles, over any of the layouts' common ones (the whole backward's too).
+template <class Common>
+struct KvTiles : Common {
+  M3_DEV float* dyte() const { return this->at(kDyTe); }
+  M3_DEV float* mt(int h) const { return this->at(kMt + 4096 * h); }
+  M3_DEV float* dmwt(int h) const { return this->at(kDmwT + 4096 * h); }
+  M3_DEV float* g(int h) const { return this->at(kG + 32768 * h); }
 };
+using SmemKV = KvTiles<BackwardTiles<kPhi, kVec, kScalars>>;
 
 // e dy^T's row position of value column p (see the top): the forward's KS^T order.
 M3_DEV int permuted_p(int p) { return permuted_column(p); }
@@ -163,18 +154,7 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const Tiles& s, const f
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
-  {
-    const float* wb = s.vec(kWb) + 32 * h;
-#pragma unroll
-    for (int jb = 0; jb < 4; ++jb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float w = wb[8 * jb + 2 * i + e];
-        acc[4 * jb + e] *= w;
-        acc[4 * jb + 2 + e] *= w;
-      }
-    }
-  }
+  scale_token_columns(acc, s.vec(kWb) + 32 * h, i);
   {
     float a4[4][4];
     transposed_fragments(s.qr(), 32 * h, n0, i, a4);
@@ -274,23 +254,19 @@ M3_DEV void dv_half(const M3Params& p, const Job64& job, const Tiles& s, int wg,
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
-  {
-    const float* wb = s.vec(kWb) + 32 * h;
+  scale_token_columns(acc, s.vec(kWb) + 32 * h, i);
+  if constexpr (kTerms) {
+    // x's partials: this thread's rows p0, p0 + 8, then the warp's (lanes 4 g + i, g summed).
 #pragma unroll
     for (int jb = 0; jb < 4; ++jb) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float w = wb[8 * jb + 2 * i + e];
-        acc[4 * jb + e] *= w;
-        acc[4 * jb + 2 + e] *= w;
-        if constexpr (kTerms) {
-          const int t = 32 * h + 8 * jb + 2 * i + e, p0 = 16 * wq + g;
-          float x = s.vt()[m3wg::sw128_index(kJob, t, p0)] * acc[4 * jb + e] +
-                    s.vt()[m3wg::sw128_index(kJob, t, p0 + 8)] * acc[4 * jb + 2 + e];
+        const int t = 32 * h + 8 * jb + 2 * i + e, p0 = 16 * wq + g;
+        float x = s.vt()[m3wg::sw128_index(kJob, t, p0)] * acc[4 * jb + e] +
+                  s.vt()[m3wg::sw128_index(kJob, t, p0 + 8)] * acc[4 * jb + 2 + e];
 #pragma unroll
-          for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-          if ((threadIdx.x & 31) < 4) terms.part[wq * 32 + t - 32 * h] = x;
-        }
+        for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+        if ((threadIdx.x & 31) < 4) terms.part[wq * 32 + t - 32 * h] = x;
       }
     }
   }
@@ -523,6 +499,6 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64kv(c
   if (job.seq < 0) return;
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
-  const SmemKV s{reinterpret_cast<char*>(smem_raw) + pad, raw + pad};
+  const SmemKV s{{reinterpret_cast<char*>(smem_raw) + pad, raw + pad}};
   backward64kv_job(p, s, job);
 }

@@ -54,22 +54,43 @@ enum : int { kDyv = 6 };
 static_assert(kVt + 2 * 4096 <= kPhi && kVt + kJob * P * 4 <= kPhi && kDy + kJob * P * 4 <= kVt, "regions overlap");
 static_assert(kDynamicSmem == kM3Backward64qSmemBytes, "the host launches with kM3Backward64qSmemBytes");
 
-// m3_forward64's staging reads and writes through these accessors.
-struct SmemQ {
-  // stage_qk keeps q . k (the full backward's layout does). Enumerators, not static constexpr
-  // members: those became device globals and moved every other global's address.
-  enum : int { kKeepsQkRaw = 0, kQkRawVec = 0 };
+// The tiles every chunk-64 backward layout keeps at the same offsets (QR, KS, dy, v: m3_forward64's
+// staging and both sides' phases read and write through these accessors) and the regions each
+// places where it can (the angle tile, the vectors, the scalars). kKeeps: stage_qk also keeps q . k
+// per token in vector kQkRawAt (the whole backward's tail needs it). Enumerators, not static
+// constexpr members: those became device globals and moved every other global's address.
+template <int kPhiAt, int kVecAt, int kScalarsAt, int kKeeps = 0, int kQkRawAt = 0>
+struct BackwardTiles {
+  enum : int { kKeepsQkRaw = kKeeps, kQkRawVec = kQkRawAt };
   char* base;
-  unsigned addr;
-  M3_DEV float* qr() const { return reinterpret_cast<float*>(base + kQr); }
-  M3_DEV float* ks() const { return reinterpret_cast<float*>(base + kKs); }
-  M3_DEV float* dy() const { return reinterpret_cast<float*>(base + kDy); }
-  M3_DEV float* vt() const { return reinterpret_cast<float*>(base + kVt); }
-  M3_DEV float* dmw(int h) const { return reinterpret_cast<float*>(base + kVt + 4096 * h); }
-  M3_DEV float* phi() const { return reinterpret_cast<float*>(base + kPhi); }
-  M3_DEV float* vec(int which) const { return reinterpret_cast<float*>(base + kVec) + which * kJob; }
-  M3_DEV float* scalars() const { return reinterpret_cast<float*>(base + kScalars); }
+  unsigned addr;  // base's shared-window address
+  M3_DEV float* at(int offset) const { return reinterpret_cast<float*>(base + offset); }
+  M3_DEV float* qr() const { return at(kQr); }
+  M3_DEV float* ks() const { return at(kKs); }
+  M3_DEV float* dy() const { return at(kDy); }
+  M3_DEV float* vt() const { return at(kVt); }
+  M3_DEV float* phi() const { return at(kPhiAt); }
+  M3_DEV float* vec(int which) const { return at(kVecAt) + which * kJob; }
+  M3_DEV float* scalars() const { return at(kScalarsAt); }
 };
+
+struct SmemQ : BackwardTiles<kPhi, kVec, kScalars> {
+  M3_DEV float* dmw(int h) const { return at(kVt + 4096 * h); }  // over v, once dM has read it
+};
+
+// Multiplies each token column of a half's m64n32 accumulator (d[4 jb + e], d[4 jb + 2 + e]: token
+// 8 jb + 2 i + e) by that token's weight w[token].
+M3_DEV void scale_token_columns(float (&acc)[16], const float* w, int i) {
+#pragma unroll
+  for (int jb = 0; jb < 4; ++jb) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float x = w[8 * jb + 2 * i + e];
+      acc[4 * jb + e] *= x;
+      acc[4 * jb + 2 + e] *= x;
+    }
+  }
+}
 
 // The shared-window address of a pointer into a layout's tiles.
 template <class Tiles>
@@ -153,18 +174,7 @@ M3_DEV void dqr_half(const Tiles& s, const float* st, int h, int n0, int i, floa
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
   }
-  {
-    const float* ev = s.vec(kE) + 32 * h;
-#pragma unroll
-    for (int jb = 0; jb < 4; ++jb) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float et = ev[8 * jb + 2 * i + e];
-        acc[4 * jb + e] *= et;
-        acc[4 * jb + 2 + e] *= et;
-      }
-    }
-  }
+  scale_token_columns(acc, s.vec(kE) + 32 * h, i);
   if constexpr (kTerms) {
     // u's partials: this thread's pair, then the warp's 8 pairs (lanes 4 g + i, g summed).
 #pragma unroll
@@ -329,6 +339,6 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 2) m3_cp_backward64q(co
   const Job64 job{first.x, first.y, static_cast<int>(blockIdx.x % p.H), first.z, second.x, second.y};
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
-  const SmemQ s{reinterpret_cast<char*>(smem_raw) + pad, raw + pad};
+  const SmemQ s{{reinterpret_cast<char*>(smem_raw) + pad, raw + pad}};
   backward64q_job(p, s, job);
 }
