@@ -217,11 +217,7 @@ M3_DEV void dk_half(const M3Params& p, const Job64& job, const Tiles& s, const f
       b0 += k0;
       b1 += k1;
       }
-      if constexpr (kTerms) {
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) dsc += __shfl_xor_sync(0xffffffffu, dsc, off);
-        if ((threadIdx.x & 31) < 4) terms.part[(threadIdx.x >> 5) * 32 + t - 32 * h] = dsc;
-      }
+      if constexpr (kTerms) store_warp_partial(dsc, terms.part, threadIdx.x >> 5, t - 32 * h);
     }
   }
 #pragma unroll
@@ -262,11 +258,9 @@ M3_DEV void dv_half(const M3Params& p, const Job64& job, const Tiles& s, int wg,
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int t = 32 * h + 8 * jb + 2 * i + e, p0 = 16 * wq + g;
-        float x = s.vt()[m3wg::sw128_index(kJob, t, p0)] * acc[4 * jb + e] +
-                  s.vt()[m3wg::sw128_index(kJob, t, p0 + 8)] * acc[4 * jb + 2 + e];
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-        if ((threadIdx.x & 31) < 4) terms.part[wq * 32 + t - 32 * h] = x;
+        store_warp_partial(s.vt()[m3wg::sw128_index(kJob, t, p0)] * acc[4 * jb + e] +
+                               s.vt()[m3wg::sw128_index(kJob, t, p0 + 8)] * acc[4 * jb + 2 + e],
+                           terms.part, wq, t - 32 * h);
       }
     }
   }

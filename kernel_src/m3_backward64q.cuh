@@ -78,6 +78,14 @@ struct SmemQ : BackwardTiles<kPhi, kVec, kScalars> {
   M3_DEV float* dmw(int h) const { return at(kVt + 4096 * h); }  // over v, once dM has read it
 };
 
+// A warp's partial sum of a per-token term: x summed over the warp's 8 lanes that share i (g
+// varies, a fixed butterfly), stored by lanes 0 .. 3 as part[row * 32 + t].
+M3_DEV void store_warp_partial(float x, float* part, int row, int t) {
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  if ((threadIdx.x & 31) < 4) part[row * 32 + t] = x;
+}
+
 // Multiplies each token column of a half's m64n32 accumulator (d[4 jb + e], d[4 jb + 2 + e]: token
 // 8 jb + 2 i + e) by that token's weight w[token].
 M3_DEV void scale_token_columns(float (&acc)[16], const float* w, int i) {
@@ -183,10 +191,7 @@ M3_DEV void dqr_half(const Tiles& s, const float* st, int h, int n0, int i, floa
       for (int e = 0; e < 2; ++e) {
         const int t = 32 * h + 8 * jb + 2 * i + e;
         const float2 q = *reinterpret_cast<const float2*>(s.qr() + m3wg::sw128_index(kJob, t, n0));
-        float x = q.x * acc[4 * jb + e] + q.y * acc[4 * jb + 2 + e];
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-        if ((threadIdx.x & 31) < 4) terms.part[(threadIdx.x >> 5) * 32 + t - 32 * h] = x;
+        store_warp_partial(q.x * acc[4 * jb + e] + q.y * acc[4 * jb + 2 + e], terms.part, threadIdx.x >> 5, t - 32 * h);
       }
     }
   }

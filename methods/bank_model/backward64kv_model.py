@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import backward64_model as b64  # noqa: E402
 import forward64_model as f64  # noqa: E402
-from backward64q_model import K_DY, K_VT, row_of, stage_dy_v  # noqa: E402
+from backward64q_model import K_DY, K_VT, own_half_rows, quad_sums, row_of, stage_dy_v, thread  # noqa: E402
 from forward64_model import (A, C, JOB, N, P, PHI_STRIDE, a_from_registers, f32, kstep, read_operand,  # noqa: E402
                              rel, stage_job, wgmma)
 from sw128_banks import permuted as permuted_p, sw128_index  # noqa: E402
@@ -52,6 +52,17 @@ def transposed_fragments(smem, t0, wg):
             fk.append((smem[lo], smem[lo + 1], smem[hi], smem[hi + 1]))
         frags.append(fk)
     return frags
+
+
+def g_words(wg):
+    """G^T in the chain's registers (rows n0, n0 + 1 in the pair order, value columns permuted):
+    (thread, register of row n0, value column p, n0); row n0 + 1 is the register two on."""
+    for x in range(128):
+        wq, g, i = thread(x)
+        n0 = row_of(wg, wq, g)
+        for jb in range(8):
+            for e in range(2):
+                yield x, 4 * jb + e, p_at(jb, i, e), n0
 
 
 def g_frags(gregs, k):
@@ -92,25 +103,18 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=
             wgmma(st, 32, read_operand(smem, kstep(K_KS, JOB, k), 64), read_operand(smem, kstep(K_QR + 4096 * wg, JOB, k), 32))
         for k in range(P // 8):
             wgmma(dm, 32, read_operand(smem, kstep(K_VT, JOB, k), 64), read_operand(smem, kstep(K_DY + 4096 * wg, JOB, k), 32))
-        for x in range(128):
-            wq, lane = x // 32, x % 32
-            g, i = lane // 4, lane % 4
-            for jb in range(4):
-                for hh in range(2):
-                    sk, tc = 16 * wq + g + 8 * hh, 32 * wg + 8 * jb + 2 * i
-                    if (sk >> 5) != wg:
-                        continue
-                    at = sw128_index(32, sk - 32 * wg, tc - 32 * wg)
-                    for e in range(2):
-                        t = tc + e
-                        w = np.exp(cl[t] - cl[sk], dtype=f32) if (sk <= t < length) else f32(0)
-                        smem[K_MT // 4 + 1024 * wg + at + e] = w * st[x][4 * jb + 2 * hh + e]
-                        smem[K_DMWT // 4 + 1024 * wg + at + e] = w * dm[x][4 * jb + 2 * hh + e]
-                        if terms is not None and sk <= t < length:  # G = dM * M
-                            gm = float(dm[x][4 * jb + 2 * hh + e] * (w * st[x][4 * jb + 2 * hh + e]))
-                            for name, tok in (("colg", sk), ("rowg", t)):
-                                key = (start + a + tok, h)
-                                terms[name][key] = terms[name].get(key, 0.0) + gm
+        for x, k, sk, tc in own_half_rows(wg):
+            at = sw128_index(32, sk - 32 * wg, tc - 32 * wg)
+            for e in range(2):
+                t = tc + e
+                w = np.exp(cl[t] - cl[sk], dtype=f32) if (sk <= t < length) else f32(0)
+                smem[K_MT // 4 + 1024 * wg + at + e] = w * st[x][k + e]
+                smem[K_DMWT // 4 + 1024 * wg + at + e] = w * dm[x][k + e]
+                if terms is not None and sk <= t < length:  # G = dM * M
+                    gm = float(dm[x][k + e] * (w * st[x][k + e]))
+                    for name, tok in (("colg", sk), ("rowg", t)):
+                        key = (start + a + tok, h)
+                        terms[name][key] = terms[name].get(key, 0.0) + gm
 
     # V_h^T, the chain and the hand-off
     second = length > C
@@ -136,14 +140,8 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=
                     glw[x][4 * jb:4 * jb + 4] = zin[(((4 * wg + wq) * 8 + jb) * 32 + lane) * 4:][:4]
         else:
             dfs = out["dfs"][seq, h]
-            for x in range(128):
-                wq, lane = x // 32, x % 32
-                g, i = lane // 4, lane % 4
-                n0 = row_of(wg, wq, g)
-                for jb in range(8):
-                    for e in range(2):
-                        glw[x][4 * jb + e] = dfs[p_at(jb, i, e), n0]
-                        glw[x][4 * jb + 2 + e] = dfs[p_at(jb, i, e), n0 + 1]
+            for x, r, p, n0 in g_words(wg):
+                glw[x][r], glw[x][r + 2] = dfs[p, n0], dfs[p, n0 + 1]
         g0w = []
         for x in range(128):
             gz = (alpha[1] * glw[x] + v[1][x]).astype(f32) if second else glw[x].copy()
@@ -164,14 +162,8 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=
             st_h = ws_states[(slot0 + hf, h)]
             tot = 0.0
             for wg in range(2):
-                for x in range(128):
-                    wq, lane = x // 32, x % 32
-                    g, i = lane // 4, lane % 4
-                    n0 = row_of(wg, wq, g)
-                    for jb in range(8):
-                        for e in range(2):
-                            tot += float(gsrc[wg][x][4 * jb + e]) * st_h[p_at(jb, i, e), n0]
-                            tot += float(gsrc[wg][x][4 * jb + 2 + e]) * st_h[p_at(jb, i, e), n0 + 1]
+                for x, r, p, n0 in g_words(wg):
+                    tot += float(gsrc[wg][x][r]) * st_h[p, n0] + float(gsrc[wg][x][r + 2]) * st_h[p, n0 + 1]
             terms["da"][(chunk_base + 2 * rnd + hf, h)] = float(alpha[hf]) * tot
     if rnd > 0:
         in_range(slot0, "forward flag / ws_dstates write", spare=1)
@@ -184,14 +176,9 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=
         if hf == 1 and not second:
             continue
         for wg in range(2):
-            for x in range(128):
-                wq, lane = x // 32, x % 32
-                g, i = lane // 4, lane % 4
-                n0 = row_of(wg, wq, g)
-                for jb in range(8):
-                    for e in range(2):
-                        at = K_G // 4 + 8192 * hf + sw128_index(P, p_at(jb, i, e), n0)
-                        smem[at], smem[at + 1] = gsrc[wg][x][4 * jb + e], gsrc[wg][x][4 * jb + 2 + e]
+            for x, r, p, n0 in g_words(wg):
+                at = K_G // 4 + 8192 * hf + sw128_index(P, p, n0)
+                smem[at], smem[at + 1] = gsrc[wg][x][r], gsrc[wg][x][r + 2]
 
     # dk_half
     for hf, gsrc in ((0, g0), (1, gl)):
@@ -246,19 +233,7 @@ def run_job(inp, carries, hand_offs, flags, out, seq, rnd, h, chunk_base, terms=
                         key = (tg, h, n0)
                         assert key not in out["dkh"], f"ws_dkh {key} written twice"
                         out["dkh"][key] = (f32(gt * q0 + u0), f32(gt * q1 + u1))
-            for x in range(0, 128, 4):
-                wq, lane = x // 32, x % 32
-                n0 = row_of(wg, wq, lane // 4)
-                b = np.zeros(2, np.float64)
-                for xq in range(x, x + 4):
-                    for jb in range(4):
-                        for e in range(2):
-                            t = 32 * hf + 8 * jb + 2 * (xq % 4) + e
-                            if t < length:
-                                b += out["dkh"][(start + a + t, h, n0)]
-                key = (row, h, n0)
-                assert key not in out["partials"], f"partial {key} written twice"
-                out["partials"][key] = b.astype(f32)
+            quad_sums(out["dkh"], out["partials"], wg, hf, length, start + a, h, row)
 
     # dv_half: warpgroup wg, half wg
     for wg in range(2):

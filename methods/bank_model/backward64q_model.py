@@ -35,6 +35,42 @@ K_QR, K_KS, K_DY, K_VT, K_PHI = 0, 32768, 65536, 81920, 98304  # byte offsets (m
 FRAG_ORDER = (0, 1, 2, 3)
 
 
+def thread(x):
+    """(warp wq, g, i) of thread x of a warpgroup, lane = 4 g + i."""
+    wq, lane = x // 32, x % 32
+    return wq, lane // 4, lane % 4
+
+
+def own_half_rows(wg):
+    """The entries of a warpgroup's m64n32 accumulator over half wg's columns whose rows lie in the
+    same half: (thread, register index of the column pair, row, its first column)."""
+    for x in range(128):
+        wq, g, i = thread(x)
+        for jb in range(4):
+            for hh in range(2):
+                r, c = 16 * wq + g + 8 * hh, 32 * wg + 8 * jb + 2 * i
+                if (r >> 5) == wg:
+                    yield x, 4 * jb + 2 * hh, r, c
+
+
+def quad_sums(rows, partials, wg, half, length, first_token, h, chunk_row):
+    """The bias partials of a half, as each quad's lane i == 0 writes them: the quad's tokens'
+    rows[(token, head, n0)] pairs summed (float64 here), once per (chunk, head, n0)."""
+    for x in range(0, 128, 4):
+        wq, g, _ = thread(x)
+        n0 = row_of(wg, wq, g)
+        b = np.zeros(2, np.float64)
+        for i in range(4):
+            for jb in range(4):
+                for e in range(2):
+                    t = 32 * half + 8 * jb + 2 * i + e
+                    if t < length:
+                        b += rows[(first_token + t, h, n0)]
+        key = (chunk_row, h, n0)
+        assert key not in partials, f"partial {key} written twice"
+        partials[key] = b.astype(f32)
+
+
 def row_of(wg, wq, g):
     """The first of the two state columns n0, n0 + 1 that thread (wq, g) of warpgroup wg holds as
     accumulator rows 16 wq + g and + 8 (dqr_half)."""
@@ -86,19 +122,11 @@ def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base, 
                   read_operand(smem, kstep(K_VT + 4096 * wg, JOB, k), 32))
     cl = vec["cl"]
     for wg in range(2):
-        for x in range(128):
-            wq, lane = x // 32, x % 32
-            g, i = lane // 4, lane % 4
-            for jb in range(4):
-                for hh in range(2):
-                    t, sc = 16 * wq + g + 8 * hh, 32 * wg + 8 * jb + 2 * i
-                    if (t >> 5) != wg:
-                        continue
-                    for e in range(2):
-                        sk = sc + e
-                        w = (np.exp(cl[t] - cl[sk], dtype=f32) * dm[wg][x][4 * jb + 2 * hh + e]
-                             if (sk <= t and t < length) else f32(0))
-                        smem[K_VT // 4 + 1024 * wg + sw128_index(32, t - 32 * wg, sc - 32 * wg) + e] = w
+        for x, k, t, sc in own_half_rows(wg):
+            for e in range(2):
+                sk = sc + e
+                w = np.exp(cl[t] - cl[sk], dtype=f32) * dm[wg][x][k + e] if (sk <= t and t < length) else f32(0)
+                smem[K_VT // 4 + 1024 * wg + sw128_index(32, t - 32 * wg, sc - 32 * wg) + e] = w
 
     for h2 in range(2):
         if 32 * h2 >= length:
@@ -182,19 +210,7 @@ def run_job(inp, carries, ws_states, ws_dqh, partials, seq, rnd, h, chunk_base, 
                         key = (tg, h, n0)
                         assert key not in ws_dqh, f"ws_dqh {key} written twice"
                         ws_dqh[key] = (f32(gt * k0 + u0), f32(gt * k1 + u1))
-            for x in range(0, 128, 4):  # the quad sums, lane i == 0 of each quad writing
-                wq, lane = x // 32, x % 32
-                n0 = row_of(wg, wq, lane // 4)
-                b = np.zeros(2, np.float64)
-                for xq in range(x, x + 4):
-                    for jb in range(4):
-                        for e in range(2):
-                            t = 32 * h2 + 8 * jb + 2 * (xq % 4) + e
-                            if t < length:
-                                b += ws_dqh[(start + a + t, h, n0)]
-                key = (row, h, n0)
-                assert key not in partials, f"partial {key} written twice"
-                partials[key] = b.astype(f32)
+            quad_sums(ws_dqh, partials, wg, h2, length, start + a, h, row)
 
 
 def model_backward64q(case):
