@@ -23,6 +23,9 @@ for v in v122 v124 v126; do
   grep -iE "occupancy|backward64|performance loss|error" $OUT/debug_call_$v.log | head -8
   [ $rc -eq 124 ] && { echo "$v hung on c01: stopping"; exit 1; }
 done
+# Where each variant is wrong, if it is: every gradient per sequence and chunk on a small case.
+timeout 90 python3 methods/results/run93/compare_chunks.py v121 v123 v125 > $OUT/compare_chunks.log 2>&1
+echo "chunk comparison rc=$? $(( $(date +%s)-t0 ))s"; grep -E "^==" $OUT/compare_chunks.log
 # SIDES=0 skips v121's and v123's tests (a second command after a first one that ran them and ran
 # out of the device's 600 s): their results are then taken as passed.
 if [ "${SIDES:-1}" = 0 ]; then rc121=0; rc123=0; else
