@@ -138,6 +138,22 @@ V123KV_GLOBAL = {
     "q, k, v, z, dout rows (bf16); q pairs again in the epilogue": wf(2 * C * N * 2 + 3 * C * P * 2) + wf(C * N * 2),
 }
 
+# v125 (kernel_src/m3_backward64.cuh): the k/v side's job plus the q side's phases without their
+# staging, plus the terms and v103's tail; the last two estimated from the code (not itemized to
+# the instruction as the sides are), per job of 64 tokens.
+V125_Q_PHASES = {
+    "dqr^T inter and intra (the q side's, less its staging)": wf(2 * tile(C, P)) + wf(2 * tile(C, C) / 2) + 2 * wf(tile(C, N)),
+    "dq epilogue loads; S_h of both halves in; dqh out; k pairs": 192 + wf(2 * tile(P, N)) + wf(tile(C, N)) + wf(C * N * 2),
+}
+V125_TERMS_AND_TAIL = {
+    "u: qr pairs from the QR tile (two-way), twice with dphi's": 2 * 2 * wf(tile(C, N)) * 3 // 4,
+    "dM W untransposed (4-byte stores), G's sums, partials": wf(2 * tile(C, C) / 2) * 2 + 128,
+    "dsc's k pairs (global), x's v loads (4-byte)": wf(C * N * 2) + 128,
+    "dphi tiles (two halves, written and added)": 256,
+    "da: the forward's states again (global, L1 hits mostly)": wf(2 * tile(P, N)),
+    "th staged from the angles; v103's tail on each half": wf(C * 32 * 2) + 64 + 2 * 300,
+}
+
 TODAY_PER_32 = {"forward": 8636, "backward": 20566}  # run 86: all LSU wavefronts per job of 32 tokens
 SHARE_US = {"forward": 25, "backward": 60}  # of c01's 100 us at 300x
 JOBS_32, SMS = 4768, 132
@@ -181,6 +197,13 @@ def main() -> None:
     print(f"  shared {kv_shared:.0f}, global {kv_glob:.0f}: {(kv_shared + kv_glob) / 2:.0f} per 32 tokens; with the q side "
           f"{(q_shared + q_glob + kv_shared + kv_glob) / 2:.0f} per 32 tokens against the backward's {TODAY_PER_32['backward']} "
           f"today (before the tail's terms, which v103's backward still computes in v123)")
+
+    v125 = kv_shared + kv_glob + sum(V125_Q_PHASES.values()) + sum(V125_TERMS_AND_TAIL.values())
+    print("v125, the whole backward in one kernel, wavefronts a job of 64 tokens (the k/v side's job plus):")
+    for k, v in list(V125_Q_PHASES.items()) + list(V125_TERMS_AND_TAIL.items()):
+        print(f"  {k:72s} {v:6.0f}")
+    print(f"  in all about {v125:.0f}: {v125 / 2:.0f} per 32 tokens against the backward's {TODAY_PER_32['backward']} "
+          f"today ({TODAY_PER_32['backward'] / (v125 / 2):.1f}x fewer; the terms and the tail estimated)")
 
     dqr = sum(SPLIT_DQR_SIDE.values()) + sum(SPLIT_DQR_GLOBAL.values())
     dks = sum(SPLIT_DKS_DV_SIDE.values()) + sum(SPLIT_DKS_DV_GLOBAL.values())
