@@ -2,7 +2,7 @@
 // warpgroups per (64 tokens, head) job, each sequence's jobs in reverse, computing every gradient
 // the mma.sync backward (m3_cp_backward) computes, which v125 no longer launches. Included after
 // m3_backward64kv.cuh; the q side's and the k/v side's device functions (m3_backward64q.cuh,
-// m3_backward64kv.cuh) are its phases, here with the per-token terms their tests beds left out.
+// m3_backward64kv.cuh) are its phases, here with the per-token terms their test beds leave out.
 //
 // Why: v121 and v123 test the two sides' schemes beside v103's backward; this kernel drops that
 // backward (run 85: 651.6 of c01's 957 us) for one job that stages each tile once and shares it

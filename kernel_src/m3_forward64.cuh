@@ -136,8 +136,9 @@ M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
   return Job64{words[0], words[1], words[2], words[3], words[4], words[5]};
 }
 
-// The staging below is written against a layout's accessors (Smem64 here, m3_backward64q.cuh's
-// SmemQ), so that the q side of the backward stages its tiles with the same code.
+// The staging below is written against a layout's accessors (Smem64 here; the chunk-64 backward's
+// layouts, BackwardTiles in m3_backward64q.cuh), so that the backward stages its tiles with the
+// same code.
 
 // Per-token scalars of one half (a warp, a lane per token): v103's load_chunk formulas, the
 // chunk-local cumsum by the same warp scan.
