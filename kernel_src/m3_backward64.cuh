@@ -292,6 +292,21 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64(con
   __shared__ int job_words[8];
   m3_wait_for_previous_kernel();  // the forward's states and counter
   m3_allow_next_kernel<M3_CP_OVERLAPPED_REDUCE != 0>();  // the reduce
+  {
+    // The reduce sums partial_rows rows of ws_partial (the workspace's chunk capacity); the rows
+    // past the last chunk have no job, so every CTA zeroes a share of them (v103's backward zeroes
+    // them from its tickets past the last chunk; run 93 found them left as garbage here).
+    if (threadIdx.x == 0) {
+      int chunks = 0;
+      for (int s2 = 0; s2 < p.S; ++s2) chunks += m3_seq_chunks(p.cu_seqlens, s2, C);
+      job_words[7] = chunks;
+    }
+    __syncthreads();
+    const long long rows = static_cast<long long>(p.partial_rows) * p.H;
+    for (long long r = static_cast<long long>(job_words[7]) * p.H + blockIdx.x; r < rows; r += gridDim.x) {
+      for (int c = threadIdx.x; c < 2 * N + 1; c += NT) p.ws_partial[r * (2 * N + 1) + c] = 0.f;
+    }
+  }
   const Job64 job = take_ticket_kv(p, job_words);
   if (job.seq < 0) return;
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
