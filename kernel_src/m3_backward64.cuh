@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64(con
       for (int c = threadIdx.x; c < 2 * N + 1; c += NT) p.ws_partial[r * (2 * N + 1) + c] = 0.f;
     }
   }
-  const Job64 job = take_ticket_kv(p, job_words);
+  const Job64 job = take_ticket64<true>(p, job_words);
   if (job.seq < 0) return;
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;

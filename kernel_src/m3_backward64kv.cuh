@@ -70,32 +70,6 @@ M3_DEV int permuted_p(int p) { return permuted_column(p); }
 // The value column at accumulator position 8 jb + 2 i + e of V^T, G^T: p = 8 jb + i + 4 e.
 M3_DEV int p_at(int jb, int i, int e) { return 8 * jb + i + 4 * e; }
 
-// The job's ticket from the forward's counter, after the forward's (T / 64 + S) H CTAs drew theirs
-// (each drew one): the chunk-64 table, entries in reverse within each sequence, so a job's
-// successor (the job it waits for) always holds a smaller ticket.
-M3_DEV Job64 take_ticket_kv(const M3Params& p, int* words) {
-  if (threadIdx.x == 0) {
-    const long long forward_ctas = (static_cast<long long>(p.T) / kJob + p.S) * p.H;
-    const long long t = atomicAdd(p.ws_sync, 1) - forward_ctas;
-    const long long q = t / p.H;
-    int4 first = make_int4(-1, 0, 0, 0), second = make_int4(0, 0, 0, 0);
-    if (t >= 0 && q < p.chunk_capacity) {
-      const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
-      first = entry[0];
-      second = entry[1];
-    }
-    const int jobs = (second.x + kJob - 1) / kJob;
-    words[0] = first.x;
-    words[1] = jobs - 1 - first.y;  // the round from the sequence's end
-    words[2] = static_cast<int>(t % p.H);
-    words[3] = first.z;
-    words[4] = second.x;
-    words[5] = second.y;
-  }
-  __syncthreads();
-  return Job64{words[0], words[1], words[2], words[3], words[4], words[5]};
-}
-
 // e_t dy[t][p] into the transposed tile, a warp instruction per block of 4 value columns by 8
 // tokens: with the swizzle and the permuted rows both its reads and its writes meet 32 distinct
 // banks (bank model; a column of 32 tokens a warp was four-way on the reads).
@@ -489,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1) m3_cp_backward64kv(c
   extern __shared__ float4 smem_raw[];
   __shared__ int job_words[8];
   m3_wait_for_previous_kernel();  // the forward's states and counter, the q side before it
-  const Job64 job = take_ticket_kv(p, job_words);
+  const Job64 job = take_ticket64<true>(p, job_words);
   if (job.seq < 0) return;
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;

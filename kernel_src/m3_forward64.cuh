@@ -115,18 +115,23 @@ struct Job64 {
 
 // Thread 0 draws a ticket and decodes it from the chunk-64 table that m3_cp_angles writes after
 // the chunk table (ws_schedule + 8 chunk_capacity); seq = -1 past the last job.
+// kBackward: the chunk-64 backward's ticket (m3_backward64kv.cuh, m3_backward64.cuh), drawn from the
+// same counter after the forward's (T / 64 + S) H CTAs drew one each, with each sequence's jobs
+// taken in reverse, so that a job's successor (the job it waits for) holds a smaller ticket.
+template <bool kBackward = false>
 M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
   if (threadIdx.x == 0) {
-    const long long t = atomicAdd(p.ws_sync, 1);
+    const long long drawn_before = kBackward ? (static_cast<long long>(p.T) / kJob + p.S) * p.H : 0;
+    const long long t = atomicAdd(p.ws_sync, 1) - drawn_before;
     const long long q = t / p.H;
     int4 first = make_int4(-1, 0, 0, 0), second = make_int4(0, 0, 0, 0);
-    if (q < p.chunk_capacity) {
+    if ((!kBackward || t >= 0) && q < p.chunk_capacity) {
       const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
       first = entry[0];
       second = entry[1];
     }
     words[0] = first.x;
-    words[1] = first.y;
+    words[1] = kBackward ? (second.x + kJob - 1) / kJob - 1 - first.y : first.y;  // the round from the end
     words[2] = static_cast<int>(t % p.H);
     words[3] = first.z;
     words[4] = second.x;
