@@ -159,6 +159,19 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #ifndef M3_CP_FORWARD64
 #define M3_CP_FORWARD64 0
 #endif
+// M3_CP_F64_STAGED_STATES (v127): the chunk-64 forward writes its row-major states through a
+// shared tile instead of a shuffle transpose; M3_CP_F64_EARLY_LOADS: it also issues its q and k
+// loads before the scalars and angles (1, v129), and its angles' and v's loads with them (2, v131).
+// Each changes only the order of work: results bitwise v119's.
+#ifndef M3_CP_F64_STAGED_STATES
+#define M3_CP_F64_STAGED_STATES 0
+#endif
+#ifndef M3_CP_F64_EARLY_LOADS
+#define M3_CP_F64_EARLY_LOADS 0
+#endif
+#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS) && !M3_CP_FORWARD64
+#error "M3_CP_F64_STAGED_STATES and M3_CP_F64_EARLY_LOADS change m3_cp_forward64: build with M3_CP_FORWARD64"
+#endif
 
 namespace m3cp {
 using namespace m3scan;

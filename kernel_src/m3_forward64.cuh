@@ -203,37 +203,92 @@ M3_DEV void angle_sums(const M3Params& p, const Job64& job, const Tiles& s, int 
   *reinterpret_cast<float4*>(row + 4) = make_float4(out[4], out[5], out[6], out[7]);
 }
 
+#if M3_CP_F64_EARLY_LOADS >= 2
+// angle_sums in two steps, the loads first (v131: issued with the job's other loads). The steps
+// repeat angle_sums' lines rather than replace them: split, angle_sums compiled differently and
+// v119's SASS would have moved.
+struct AngleInputs {
+  uint4 raw;
+  float dt;
+  float carry[8];
+};
+
+M3_DEV AngleInputs load_angle_inputs(const M3Params& p, const Job64& job, int a, int len, long long slot0) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int half = warp >> 2, i0 = 8 * (warp & 3), t = 32 * half + lane;
+  const long long tg = static_cast<long long>(job.start) + a + t;
+  AngleInputs in{make_uint4(0u, 0u, 0u, 0u), 0.f, {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}};
+  if (t < len) {
+    in.raw = ldg16(p.angles + (tg * p.H + job.h) * A + i0);
+    in.dt = p.dt[static_cast<long long>(job.h) * p.T + tg];
+  }
+  if (32 * half < len) load_f32x8(p.ws_phi + (slot0 + static_cast<long long>(half) * p.H) * A + i0, in.carry);
+  return in;
+}
+
+M3_DEV void angle_sums_from(const Smem64& s, int len, const AngleInputs& in) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int half = warp >> 2, i0 = 8 * (warp & 3), t = 32 * half + lane;
+  const bool live = t < len;
+  float x[8];
+  unpack_bf16x8(in.raw, x);
+#pragma unroll
+  for (int u = 0; u < 8; ++u) x[u] = live ? (kM3Pi * tanhf(x[u])) * in.dt : 0.f;
+  warp_inclusive_scan_n<8>(x);
+  float* row = s.phi() + t * kPhiStride + i0;
+  *reinterpret_cast<float4*>(row) = make_float4(live ? x[0] + in.carry[0] : 0.f, live ? x[1] + in.carry[1] : 0.f,
+                                                live ? x[2] + in.carry[2] : 0.f, live ? x[3] + in.carry[3] : 0.f);
+  *reinterpret_cast<float4*>(row + 4) = make_float4(live ? x[4] + in.carry[4] : 0.f, live ? x[5] + in.carry[5] : 0.f,
+                                                    live ? x[6] + in.carry[6] : 0.f, live ? x[7] + in.carry[7] : 0.f);
+}
+#endif
+
 // q and k rows: 16 lanes per token, 8 consecutive columns a lane; biased, rotated (pairs below A),
 // k scaled; QR and KS rows as 16-byte stores into the swizzled tiles. Also qk raw (the skip
 // coefficient) and, for the sequence's last token, final_k (kr unscaled).
-template <class Tiles>
-M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a, int len, bool last) {
+enum : int { kQkPasses = kJob / (NT / 16) };  // tokens a thread stages
+
+// A thread's raw q and k rows (16 lanes per token, 8 consecutive columns a lane) and what their
+// staging reads beside them: loaded apart from the staging, so that a job can issue these loads
+// before its scalars and angles (M3_CP_F64_EARLY_LOADS) instead of after the barrier that follows them.
+struct QkRows {
+  float dh;
+  uint4 q[kQkPasses], k[kQkPasses];
+  float qb[8], kb[8];
+};
+
+M3_DEV QkRows load_qk_rows(const M3Params& p, const Job64& job, int a, int len) {
   const int tid = threadIdx.x, o = tid & 15, r0 = tid >> 4;
-  constexpr int PASSES = kJob / (NT / 16);
-  const float dh = p.d[job.h];
-  uint4 qv[PASSES], kv[PASSES];
+  QkRows r;
+  r.dh = p.d[job.h];
 #pragma unroll
-  for (int ps = 0; ps < PASSES; ++ps) {
+  for (int ps = 0; ps < kQkPasses; ++ps) {
     const int t = 16 * ps + r0;
     const long long tg = static_cast<long long>(job.start) + a + t;
-    qv[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
-    kv[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    r.q[ps] = t < len ? ldg16(p.q + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
+    r.k[ps] = t < len ? ldg16(p.k + tg * N + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
   }
-  float qb[8], kb[8];
-  load_f32x8(p.q_bias + job.h * N + 8 * o, qb);
-  load_f32x8(p.k_bias + job.h * N + 8 * o, kb);
+  load_f32x8(p.q_bias + job.h * N + 8 * o, r.qb);
+  load_f32x8(p.k_bias + job.h * N + 8 * o, r.kb);
+  return r;
+}
+
+template <class Tiles>
+M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a, int len, bool last, const QkRows& rows) {
+  const int tid = threadIdx.x, o = tid & 15, r0 = tid >> 4;
+  const float dh = rows.dh;
 #pragma unroll
-  for (int ps = 0; ps < PASSES; ++ps) {
+  for (int ps = 0; ps < kQkPasses; ++ps) {
     const int t = 16 * ps + r0;
     const bool live = t < len;
     float qh[8], kh[8];
-    unpack_bf16x8(qv[ps], qh);
-    unpack_bf16x8(kv[ps], kh);
+    unpack_bf16x8(rows.q[ps], qh);
+    unpack_bf16x8(rows.k[ps], kh);
     float raw = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      qh[j] = live ? qh[j] + qb[j] : 0.f;
-      kh[j] = live ? kh[j] + kb[j] : 0.f;
+      qh[j] = live ? qh[j] + rows.qb[j] : 0.f;
+      kh[j] = live ? kh[j] + rows.kb[j] : 0.f;
       raw = fmaf(qh[j], kh[j], raw);
     }
     if (live && 4 * o < A) {
@@ -276,6 +331,11 @@ M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a,
   }
 }
 
+template <class Tiles>
+M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a, int len, bool last) {
+  stage_qk(p, job, s, a, len, last, load_qk_rows(p, job, a, len));
+}
+
 // v rows into the bf16 tile (dead rows zero), 16 bytes a thread.
 M3_DEV void stage_v(const M3Params& p, const Job64& job, const Smem64& s, int a, int len) {
   for (int i = threadIdx.x; i < kJob * P / 8; i += NT) {
@@ -285,6 +345,31 @@ M3_DEV void stage_v(const M3Params& p, const Job64& job, const Smem64& s, int a,
     *reinterpret_cast<uint4*>(s.v() + t * kVStride + c) = w;
   }
 }
+
+#if M3_CP_F64_EARLY_LOADS >= 2
+// The same in two steps, the loads first (v131: issued with the job's other loads).
+enum : int { kVPasses = kJob * P / 8 / NT };
+struct VRows {
+  uint4 w[kVPasses];
+};
+M3_DEV VRows load_v_rows(const M3Params& p, const Job64& job, int a, int len) {
+  VRows r;
+#pragma unroll
+  for (int ps = 0; ps < kVPasses; ++ps) {
+    const int i = threadIdx.x + ps * NT, t = i / (P / 8), c = 8 * (i % (P / 8));
+    r.w[ps] = make_uint4(0u, 0u, 0u, 0u);
+    if (t < len) r.w[ps] = ldg16(p.v + ((static_cast<long long>(job.start) + a + t) * p.H + job.h) * P + c);
+  }
+  return r;
+}
+M3_DEV void store_v_rows(const Smem64& s, const VRows& r) {
+#pragma unroll
+  for (int ps = 0; ps < kVPasses; ++ps) {
+    const int i = threadIdx.x + ps * NT, t = i / (P / 8), c = 8 * (i % (P / 8));
+    *reinterpret_cast<uint4*>(s.v() + t * kVStride + c) = r.w[ps];
+  }
+}
+#endif
 
 // KS^T [position of n][s] from KS [s][n]: a warp instruction takes 8 consecutive n by 4
 // consecutive s (bank model: conflict-free stores, two-way loads).
@@ -333,6 +418,50 @@ M3_DEV void store_state_rows(const float (&z)[32], float* out, int wg, int wq, i
   }
 }
 
+#if M3_CP_F64_STAGED_STATES
+// The same stores through a shared tile (v127): each warp writes its 16 state rows as 8-byte
+// pairs (the tile keeps each block of eight columns in KS^T's permuted order, which is the
+// accumulator's), reads them back as 32 contiguous bytes of a row (the order undone in registers)
+// and stores those. Run 94 found store_state_rows, a quad's four shuffles and two dozen selects on
+// run-time indices a block of eight, holding a quarter of the forward's stall samples.
+// The tile lies in this warpgroup's rows of KS^T, free once its state products are waited for
+// (the other warpgroup's products never read them); a warp's 16 rows (4 KB) are its own, so the
+// warp alone synchronises. Chunk c (16 bytes) of row p sits at c ^ (2 (p % 4) + p % 2): the pair
+// stores (four rows by 32 bytes a half-warp) and the 16-byte reads (two rows by four blocks a
+// quarter-warp) each meet 32 distinct banks.
+M3_DEV float* state_stage_row(const Smem64& s, int wg, int p) {
+  return s.kst() + 4096 * (p >> 5) + 2048 * wg + 64 * (p & 31);
+}
+M3_DEV int state_stage_chunk(int p, int c) { return c ^ ((2 * (p & 3)) | (p & 1)); }
+
+M3_DEV void store_state_rows_staged(const float (&z)[32], float* out, const Smem64& s, int wg, int wq, int g, int i) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int p = 16 * wq + g + 8 * hh;
+    float* row = state_stage_row(s, wg, p);
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+      *reinterpret_cast<float2*>(row + 4 * state_stage_chunk(p, 2 * jb + (i >> 1)) + 2 * (i & 1)) =
+          make_float2(z[4 * jb + 2 * hh], z[4 * jb + 2 * hh + 1]);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int p = 16 * wq + 4 * it + 2 * (lane >> 4) + ((lane >> 2) & 1), b = 4 * ((lane >> 3) & 1) + (lane & 3);
+    const float* row = state_stage_row(s, wg, p);
+    const float4 x = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b));
+    const float4 y = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b + 1));
+    // Positions 2 j and 2 j + 1 of a block hold columns j and j + 4.
+    float* dst = out + p * N + 64 * wg + 8 * b;
+    *reinterpret_cast<float4*>(dst) = make_float4(x.x, x.z, y.x, y.z);
+    *reinterpret_cast<float4*>(dst + 4) = make_float4(x.y, x.w, y.y, y.w);
+  }
+  __syncwarp();  // the rows read before the next state goes over them
+}
+#endif
+
 // wgmma's register operand (w v)^T, or v^T without weights, for the four k-steps of tokens
 // first .. first + 31: f[k] = rows p0, p0 + 8 at tokens first + 8 k + i and + 4.
 M3_DEV void v_fragments(const Smem64& s, const float* w, float (&f)[4][4], int p0, int i, int first) {
@@ -358,11 +487,29 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   const long long slot1 = slot0 + H, slot2 = slot0 + 2 * H;
 
   // 1. Scalars, angles, staging.
+#if M3_CP_F64_EARLY_LOADS
+  // The q and k rows in flight while the scalars and angles are worked out (run 94: stage_qk's
+  // first use of them waited on HBM behind the barrier); from level 2 the angles' and v's loads
+  // too, which otherwise wait for the scalars' and the angles' arithmetic.
+  const QkRows qk_rows = load_qk_rows(p, job, a, len);
+#endif
+#if M3_CP_F64_EARLY_LOADS >= 2
+  const AngleInputs angle_in = load_angle_inputs(p, job, a, len, slot0);
+  const VRows v_rows = load_v_rows(p, job, a, len);
+  if (tid < 64) token_scalars(p, job, s, tid >> 5, a, len);
+  angle_sums_from(s, len, angle_in);
+  store_v_rows(s, v_rows);
+#else
   if (tid < 64) token_scalars(p, job, s, tid >> 5, a, len);
   angle_sums(p, job, s, a, len, slot0);
   stage_v(p, job, s, a, len);
+#endif
   __syncthreads();
+#if M3_CP_F64_EARLY_LOADS
+  stage_qk(p, job, s, a, len, last, qk_rows);
+#else
   stage_qk(p, job, s, a, len, last);
+#endif
   __syncthreads();  // QR, KS whole; the angle tile read
   transpose_ks(s);
   m3wg::fence_shared_for_async_proxy();
@@ -427,10 +574,17 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   } else {
     __syncthreads();
   }
+#if M3_CP_F64_STAGED_STATES
+  store_state_rows_staged(u1, last ? p.final_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N
+                                   : p.ws_states + slot2 * P * N,
+                          s, wg, wq, g, i);
+  if (second) store_state_rows_staged(u0, p.ws_states + slot1 * P * N, s, wg, wq, g, i);
+#else
   store_state_rows(u1, last ? p.final_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N
                             : p.ws_states + slot2 * P * N,
                    wg, wq, g, i);
   if (second) store_state_rows(u0, p.ws_states + slot1 * P * N, wg, wq, g, i);
+#endif
 
   // 4. Scores S = QR KS^T, warpgroup wg the keys of half wg, and M = mask * exp(cl_t - cl_s) * S
   // of that half over KS, once both warpgroups' scores have read it.
