@@ -2,8 +2,8 @@
 
 Why: the kernel cannot run here (no GPU), and its risks are index schemes: the 128-byte swizzle
 and wgmma's shared-memory descriptors at sub-tile offsets, the accumulator and register-operand
-fragment layouts, KS^T's permuted rows, the quad shuffle transpose, the y tiles' XOR, the ticket
-table and the chain's slots. This model executes the job's phases thread by thread with the same
+fragment layouts, KS^T's permuted rows, the quad shuffle transpose (or v127's staging tile over
+KS^T, `staged=True`), the y tiles' XOR, the ticket table and the chain's slots. This model executes the job's phases thread by thread with the same
 index expressions as the kernel (each function names the kernel function it mirrors), over a flat
 shared-memory array; wgmma reads its operands through the descriptor model below (start address,
 8-row groups 1024 bytes apart, 128-byte rows, the swizzle on absolute address bits: the layout
@@ -244,7 +244,12 @@ def stage_job(inp, carries, seq, rnd, h, chunk_base, smem, phi_offset, in_range)
     return vec, alpha, vtile, final_k
 
 
-def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base):
+def staged_chunk(p, c):
+    """The position of 16-byte chunk c of state row p in v127's staging tile."""
+    return c ^ ((2 * (p & 3)) | (p & 1))
+
+
+def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base, staged=False):
     H = inp.H
     start, slen = inp.cu[seq], inp.cu[seq + 1] - inp.cu[seq]
     jobs = (slen + JOB - 1) // JOB
@@ -335,6 +340,50 @@ def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_ba
                         got.append(z[wg][wq * 32 + src][4 * jb + ((src_i - r) & 3)])
                     row, n = 16 * wq + g + 8 * (i >> 1), 64 * wg + 8 * jb + 4 * (i & 1)
                     dst[row, n:n + 4] = [got[(c - i) & 3] for c in range(4)]
+
+    def store_state_rows_staged(z, dst):
+        # v127 (M3_CP_F64_STAGED_STATES): each warp's 16 rows as pairs into its warpgroup's rows
+        # of KS^T (16-byte chunk c of row p at c ^ (2 (p % 4) + p % 2)), read back 32 bytes of a
+        # row a lane. Asserted: every warp instruction's words meet 32 distinct banks (pairs per
+        # half-warp, 16-byte reads per quarter-warp), a warp reads only what it wrote, and the
+        # tile stays inside the warpgroup's rows of KS^T.
+        def word(wg, p, c):
+            return K_R2 // 4 + 4096 * (p >> 5) + 2048 * wg + 64 * (p & 31) + 4 * staged_chunk(p, c)
+        for wg in range(2):
+            for wq in range(4):
+                written, banks = set(), {}
+                for lane in range(32):
+                    g, i = lane // 4, lane % 4
+                    for hh in range(2):
+                        p = 16 * wq + g + 8 * hh
+                        for jb in range(8):
+                            w = word(wg, p, 2 * jb + (i >> 1)) + 2 * (i & 1)
+                            row_of_kst = ((4 * (w - K_R2 // 4)) % 16384) // 128
+                            assert 64 * wg <= row_of_kst < 64 * wg + 64, "staged state outside the warpgroup's KS^T rows"
+                            smem[w:w + 2] = z[wg][wq * 32 + lane][4 * jb + 2 * hh:4 * jb + 2 * hh + 2]
+                            written.update((w, w + 1))
+                            banks.setdefault((hh, jb, lane >> 4), []).extend([w % 32, (w + 1) % 32])
+                for key, b in banks.items():
+                    assert len(set(b)) == 32, f"staged pair stores {key}: bank conflict"
+                banks = {}
+                for lane in range(32):
+                    for it in range(4):
+                        p = 16 * wq + 4 * it + 2 * (lane >> 4) + ((lane >> 2) & 1)
+                        b = 4 * ((lane >> 3) & 1) + (lane & 3)
+                        w0, w1 = word(wg, p, 2 * b), word(wg, p, 2 * b + 1)
+                        assert all(x in written for x in range(w0, w0 + 4)) and all(x in written for x in range(w1, w1 + 4)), \
+                            "a warp reads staged words it did not write"
+                        banks.setdefault((it, 0, lane >> 3), []).extend((w0 + j) % 32 for j in range(4))
+                        banks.setdefault((it, 1, lane >> 3), []).extend((w1 + j) % 32 for j in range(4))
+                        x, y = smem[w0:w0 + 4], smem[w1:w1 + 4]
+                        n = 64 * wg + 8 * b
+                        dst[p, n:n + 4] = [x[0], x[2], y[0], y[2]]
+                        dst[p, n + 4:n + 8] = [x[1], x[3], y[1], y[3]]
+                for key, b in banks.items():
+                    assert len(set(b)) == 32, f"staged 16-byte reads {key}: bank conflict"
+
+    if staged:
+        store_state_rows = store_state_rows_staged  # noqa: F811
 
     if last:
         fs = np.zeros((P, N), f32)
@@ -427,7 +476,7 @@ def run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_ba
             out["final_v"][seq, h, pc:pc + 8] = vtile[t, pc:pc + 8]
 
 
-def model_forward(case):
+def model_forward(case, staged=False):
     inp = Inputs(case)
     T, H, S = inp.T, inp.H, inp.S
     out = {"output": np.zeros((T, H, P), f32), "dz": np.zeros((T, H, P), f32),
@@ -441,7 +490,7 @@ def model_forward(case):
     ws_chain, ws_states, flags = {}, {}, set()
     for seq, rnd in schedule(inp.cu, JOB):  # ticket order: a job's predecessor always ran before it
         for h in range(H):
-            run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base[seq])
+            run_job(inp, out, ws_chain, ws_states, flags, carries, seq, rnd, h, chunk_base[seq], staged)
     return out, ws_states, chunk_base
 
 

@@ -46,3 +46,25 @@ def test_forward64_model_detects_a_wrong_permutation(monkeypatch):
     out, _, _ = model.model_forward(case)
     truth = reference_fwd_vjp(*case_args(case))
     assert model.rel(out["output"], truth[0][0].double().numpy()) > 0.1
+
+
+@pytest.mark.parametrize("lens,heads,seed", [([150, 33, 64, 1, 0, 97], 2, 7), ([65], 1, 5)])
+def test_staged_state_stores_give_the_same_states(lens, heads, seed):
+    """v127's state stores through the shared tile (the model asserts conflict-free banks, a warp
+    reading only its own rows, the tile inside the warpgroup's rows of KS^T) give exactly the states
+    and final states of the shuffle transpose, and leave every later phase's tiles alone."""
+    case = make_case(lens, seed=seed, H=heads)
+    out, ws_states, _ = model.model_forward(case)
+    out_s, ws_states_s, _ = model.model_forward(case, staged=True)
+    assert set(ws_states) == set(ws_states_s)
+    for key in ws_states:
+        assert (ws_states[key] == ws_states_s[key]).all(), key
+    for name in out:
+        assert (out[name] == out_s[name]).all(), name
+
+
+def test_staged_state_model_detects_bank_conflicts(monkeypatch):
+    """The model can fail: without the chunk XOR the pair stores of a half-warp meet the same banks."""
+    monkeypatch.setattr(model, "staged_chunk", lambda p, c: c)
+    with pytest.raises(AssertionError, match="bank conflict"):
+        model.model_forward(make_case([40], seed=3, H=1), staged=True)
