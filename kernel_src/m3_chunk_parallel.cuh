@@ -169,8 +169,14 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #ifndef M3_CP_F64_EARLY_LOADS
 #define M3_CP_F64_EARLY_LOADS 0
 #endif
-#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS) && !M3_CP_FORWARD64
-#error "M3_CP_F64_STAGED_STATES and M3_CP_F64_EARLY_LOADS change m3_cp_forward64: build with M3_CP_FORWARD64"
+// M3_CP_F64_LEAN_INDEX: less of its address arithmetic (run 95: the largest share of its executed
+// instructions), the same addresses: its wgmma descriptors by one add per k-step (1, v133), and
+// KS^T's transpose at offsets worked out once (2, v135). Results bitwise v119's.
+#ifndef M3_CP_F64_LEAN_INDEX
+#define M3_CP_F64_LEAN_INDEX 0
+#endif
+#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX) && !M3_CP_FORWARD64
+#error "M3_CP_F64_STAGED_STATES, M3_CP_F64_EARLY_LOADS and M3_CP_F64_LEAN_INDEX change m3_cp_forward64: build with M3_CP_FORWARD64"
 #endif
 
 namespace m3cp {

@@ -385,6 +385,30 @@ M3_DEV void transpose_ks(const Smem64& s) {
   }
 }
 
+#if M3_CP_F64_LEAN_INDEX >= 2
+// The same copy with its addresses worked out once (v135): iteration it of warp w moves n = 8 (it / 2)
+// + l7 and t = 32 (it % 2) + 4 w + l3 (l7 = lane % 8, l3 = lane / 8). In KS the 16-byte chunk of
+// (t, n) is ((n / 4) % 8) ^ (t % 8) = 2 ((it / 2) % 4) ^ x, with x = (l7 / 4) ^ (t % 8) the same
+// in every iteration (the two terms share no bit): four offsets, one per (it / 2) % 4, serve all
+// 32 loads. In KS^T the row is 8 (it / 2) + permuted_column(l7) and the chunk w ^ that row % 8,
+// so one offset serves all the stores. Each move is then a load and a store at constant offsets.
+M3_DEV void transpose_ks_lean(const Smem64& s) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l7 = lane & 7, l3 = lane >> 3;
+  const int x = (l7 >> 2) ^ (4 * (warp & 1) + l3);
+  const float* ks = s.ks() + (4 * warp + l3) * 32 + (l7 & 3);
+  const float* src[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) src[c] = ks + (((2 * c) ^ x) << 2);
+  const int pr = permuted_column(l7);
+  float* dst = s.kst() + pr * 32 + ((warp ^ pr) << 2) + l3;
+#pragma unroll
+  for (int it = 0; it < (N / 8) * (kJob / 4) / NW; ++it) {
+    const int m = it >> 1, h = it & 1;
+    dst[h * 4096 + 256 * m] = src[m & 3][(m >> 2) * 2048 + h * 1024];
+  }
+}
+#endif
+
 M3_DEV float v_at(const Smem64& s, int t, int p) { return bf2f(s.v()[t * kVStride + p]); }
 
 // x[base + k] for a k in 0..3 known only at run time, by selects.
@@ -476,6 +500,17 @@ M3_DEV void v_fragments(const Smem64& s, const float* w, float (&f)[4][4], int p
   }
 }
 
+// k-step s of a swizzled tile of `rows` rows at `tile` (a shared address). From v133 one add to
+// the tile's first descriptor, common to every step (run 95: rebuilt per step from the address,
+// about 7% of the forward's instructions).
+M3_DEV unsigned long long kstep(unsigned tile, int rows, int s) {
+#if M3_CP_F64_LEAN_INDEX >= 1
+  return m3wg::sw128_kstep_from(static_cast<unsigned>(m3wg::sw128_descriptor(tile)), rows, s);
+#else
+  return m3wg::sw128_kstep(tile, rows, s);
+#endif
+}
+
 M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) {
   const int H = p.H, tid = threadIdx.x;
   const int wg = tid >> 7, wq = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, i = lane & 3;
@@ -511,7 +546,11 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   stage_qk(p, job, s, a, len, last);
 #endif
   __syncthreads();  // QR, KS whole; the angle tile read
+#if M3_CP_F64_LEAN_INDEX >= 2
+  transpose_ks_lean(s);
+#else
   transpose_ks(s);
+#endif
   m3wg::fence_shared_for_async_proxy();
   __syncthreads();
 
@@ -531,14 +570,14 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      m3wg::wgmma_m64n64k8_tf32_rs(u0, f[k][0], f[k][1], f[k][2], f[k][3], m3wg::sw128_kstep(r2_a + 8192 * wg, N, k));
+      m3wg::wgmma_m64n64k8_tf32_rs(u0, f[k][0], f[k][1], f[k][2], f[k][3], kstep(r2_a + 8192 * wg, N, k));
     }
     v_fragments(s, s.vec(kWb), f, p0, i, 32);
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       m3wg::wgmma_m64n64k8_tf32_rs(u1, f[k][0], f[k][1], f[k][2], f[k][3],
-                                   m3wg::sw128_kstep(r2_a + 8192 * wg, N, 4 + k));
+                                   kstep(r2_a + 8192 * wg, N, 4 + k));
     }
   }
   m3wg::wgmma_commit();
@@ -595,7 +634,7 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
     m3wg::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < N / 8; ++k) {
-      m3wg::wgmma_m64n32k8_tf32(sacc, m3wg::sw128_kstep(qr_a, kJob, k), m3wg::sw128_kstep(r1_a + 4096 * wg, kJob, k));
+      m3wg::wgmma_m64n32k8_tf32(sacc, kstep(qr_a, kJob, k), kstep(r1_a + 4096 * wg, kJob, k));
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
@@ -636,7 +675,7 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
     for (int k = 0; k < 8; ++k) {
       // Tokens 0 .. 31 are QR's first 32 rows.
       m3wg::wgmma_m64n32k8_tf32_rs(ya, z[4 * k], z[4 * k + 2], z[4 * k + 1], z[4 * k + 3],
-                                   m3wg::sw128_kstep(qr_a, kJob, 8 * wg + k));
+                                   kstep(qr_a, kJob, 8 * wg + k));
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();
@@ -651,7 +690,7 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   for (int k = 0; k < 8; ++k) {
     // Tokens 32 .. 63: the 32 rows 4 KB on in every block.
     m3wg::wgmma_m64n32k8_tf32_rs(yb, u0[4 * k], u0[4 * k + 2], u0[4 * k + 1], u0[4 * k + 3],
-                                 m3wg::sw128_kstep(qr_a + 4096, kJob, 8 * wg + k));
+                                 kstep(qr_a + 4096, kJob, 8 * wg + k));
   }
   m3wg::wgmma_commit();
   m3wg::wgmma_wait<0>();
@@ -681,7 +720,7 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       m3wg::wgmma_m64n32k8_tf32_rs(yi, f[k][0], f[k][1], f[k][2], f[k][3],
-                                   m3wg::sw128_kstep(r1_a + 4096 * wg, kJob, 4 * wg + k));
+                                   kstep(r1_a + 4096 * wg, kJob, 4 * wg + k));
     }
     m3wg::wgmma_commit();
     m3wg::wgmma_wait<0>();

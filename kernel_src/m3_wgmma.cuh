@@ -39,6 +39,15 @@ M3_DEV unsigned long long sw128_kstep(unsigned tile_address, int rows, int s) {
   return sw128_descriptor(tile_address + static_cast<unsigned>((s >> 2) * rows * 128 + (s & 3) * 32));
 }
 
+// The same descriptor from the low word of the tile's first (sw128_descriptor(tile_address)) by
+// one 32-bit add: the address field holds address / 16 in 14 bits, and a tile and its offsets
+// stay below the 256 KB those bits span, so the add never carries out of the field; the high word
+// (stride and swizzle) is the same constant for every step.
+M3_DEV unsigned long long sw128_kstep_from(unsigned base_low, int rows, int s) {
+  const unsigned low = base_low + static_cast<unsigned>(((s >> 2) * rows * 128 + (s & 3) * 32) >> 4);
+  return (static_cast<unsigned long long>(64u | (1u << 30)) << 32) | low;
+}
+
 // Orders this thread's earlier generic shared-memory stores before later async-proxy reads
 // (wgmma operands, TMA stores). A barrier must still follow for the other threads' stores.
 M3_DEV void fence_shared_for_async_proxy() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -78,7 +78,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v125", 32, 256}, OpConfig{"v126", 32, 256},
                                                 OpConfig{"v127", 32, 256}, OpConfig{"v128", 32, 256},
                                                 OpConfig{"v129", 32, 256}, OpConfig{"v130", 32, 256},
-                                                OpConfig{"v131", 32, 256}, OpConfig{"v132", 32, 256}};
+                                                OpConfig{"v131", 32, 256}, OpConfig{"v132", 32, 256},
+                                                OpConfig{"v133", 32, 256}, OpConfig{"v134", 32, 256},
+                                                OpConfig{"v135", 32, 256}, OpConfig{"v136", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -118,7 +120,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v118", "v117", "v8"}, {"v120", "v119", "v8"},
                               {"v122", "v121", "v8"}, {"v124", "v123", "v8"},
                               {"v126", "v125", "v8"}, {"v128", "v127", "v8"},
-                              {"v130", "v129", "v8"}, {"v132", "v131", "v8"}};
+                              {"v130", "v129", "v8"}, {"v132", "v131", "v8"},
+                              {"v134", "v133", "v8"}, {"v136", "v135", "v8"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -335,11 +338,13 @@ int seq_bucket(long long num_seqs) {
 // writes its row-major states through a shared tile instead of a shuffle transpose
 // (M3_CP_F64_STAGED_STATES); v129: v127 whose forward also issues its q and k loads before its
 // scalars and angles (M3_CP_F64_EARLY_LOADS=1); v131: the angles' and v's loads with them
-// (M3_CP_F64_EARLY_LOADS=2); all bitwise v119's.
+// (M3_CP_F64_EARLY_LOADS=2); v133: v131 whose forward makes each wgmma descriptor
+// by one add to its tile's first (M3_CP_F64_LEAN_INDEX=1); v135: v133 whose KS^T transpose works
+// its offsets out once (M3_CP_F64_LEAN_INDEX=2); all bitwise v119's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
-// v120, v122, v124, v126, v128, v130 and v132 have no kernels of their own (kDispatch).
+// v120, v122, v124, v126, v128, v130, v132, v134 and v136 have no kernels of their own (kDispatch).
 struct VariantTraits {
   bool mma;
   int pad;
@@ -403,6 +408,7 @@ struct VariantTraits {
   bool backward64 = false;          // v125
   bool f64_staged_states = false;   // v127
   int f64_early_loads = 0;          // M3_CP_F64_EARLY_LOADS: 1 (v129), 2 (v131)
+  int f64_lean_index = 0;           // M3_CP_F64_LEAN_INDEX: 1 (v133), 2 (v135)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -488,7 +494,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v125", "v123", &VariantTraits::backward64},
                                     {"v127", "v119", &VariantTraits::f64_staged_states},
                                     {"v129", "v127", nullptr, nullptr, &VariantTraits::f64_early_loads, 1},
-                                    {"v131", "v129", nullptr, nullptr, &VariantTraits::f64_early_loads, 2}};
+                                    {"v131", "v129", nullptr, nullptr, &VariantTraits::f64_early_loads, 2},
+                                    {"v133", "v131", nullptr, nullptr, &VariantTraits::f64_lean_index, 1},
+                                    {"v135", "v133", nullptr, nullptr, &VariantTraits::f64_lean_index, 2}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -614,6 +622,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.backward64) src.options.push_back("-DM3_CP_BACKWARD64=1");
   if (tr.f64_staged_states) src.options.push_back("-DM3_CP_F64_STAGED_STATES=1");
   if (tr.f64_early_loads > 0) src.options.push_back("-DM3_CP_F64_EARLY_LOADS=" + std::to_string(tr.f64_early_loads));
+  if (tr.f64_lean_index > 0) src.options.push_back("-DM3_CP_F64_LEAN_INDEX=" + std::to_string(tr.f64_lean_index));
   src.arch = arch;
   return src;
 }

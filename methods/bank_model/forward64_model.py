@@ -43,6 +43,43 @@ def kstep(tile_address, rows, s):
     return tile_address + (s >> 2) * rows * 128 + (s & 3) * 32
 
 
+def sw128_descriptor(smem_address):
+    """m3wg::sw128_descriptor: the 64-bit wgmma descriptor word of a shared address."""
+    return ((smem_address & 0x3FFFF) >> 4) | (1 << 16) | (64 << 32) | (1 << 62)
+
+
+def kstep_descriptor(tile_address, rows, s, lean=False):
+    """The descriptor of k-step s: rebuilt from the address (v119), or v133's one 32-bit add to
+    the low word of the tile's first descriptor, the high word a constant."""
+    if not lean:
+        return sw128_descriptor(kstep(tile_address, rows, s))
+    low = (sw128_descriptor(tile_address) & 0xFFFFFFFF) + (((s >> 2) * rows * 128 + (s & 3) * 32) >> 4)
+    assert low < 1 << 32
+    return ((64 | (1 << 30)) << 32) | low
+
+
+def transpose_ks_moves(warp, lane, lean=False):
+    """(KS index, KS^T index) of each of warp `warp`'s lane's 32 moves in transpose_ks, or in v135's
+    transpose_ks_lean from its offsets worked out once (float indices within the tiles)."""
+    moves = []
+    if not lean:
+        for it in range((N // 8) * (JOB // 4) // 8):
+            b = it * 8 + warp
+            n, t = 8 * (b // (JOB // 4)) + (lane & 7), 4 * (b % (JOB // 4)) + (lane >> 3)
+            moves.append((sw128_index(JOB, t, n), sw128_index(N, permuted_column(n), t)))
+        return moves
+    l7, l3 = lane & 7, lane >> 3
+    x = (l7 >> 2) ^ (4 * (warp & 1) + l3)
+    ks = (4 * warp + l3) * 32 + (l7 & 3)
+    src = [ks + (((2 * c) ^ x) << 2) for c in range(4)]
+    pr = permuted_column(l7)
+    dst = pr * 32 + ((warp ^ pr) << 2) + l3
+    for it in range(32):
+        m, h = it >> 1, it & 1
+        moves.append((src[m & 3] + (m >> 2) * 2048 + h * 1024, dst + h * 4096 + 256 * m))
+    return moves
+
+
 def tf32(x):
     return (np.asarray(x, f32).view(np.uint32) & np.uint32(0xFFFFE000)).view(f32)
 

@@ -78,7 +78,7 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
   // short of registers, reads register operands written since the last fence, or sits in a branch
   // per warpgroup; each happened while the kernel was written. The line must stay absent, for
   // the chunk-64 backward's kernels (v121, v123, v125: their modules hold the forward) too.
-  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131"}) {
+  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135"}) {
     const CompileOutput out = compile_with_nvrtc(scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a"));
     INFO(variant << "\n" << out.log);
     CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -89,7 +89,8 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
     // The module holds the q and k/v sides' entries only where the variant launches them (their
     // symbols name them).
     const std::string v(variant);
-    const bool forward_only_module = v == "v119" || v == "v127" || v == "v129" || v == "v131";
+    const bool forward_only_module =
+        v == "v119" || v == "v127" || v == "v129" || v == "v131" || v == "v133" || v == "v135";
     CHECK((out.cubin.find("m3_cp_backward64q") != std::string::npos) == !forward_only_module);
     CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123" || v == "v125"));
     CHECK((out.cubin.find(std::string("m3_cp_backward64\0", 17)) != std::string::npos) == (v == "v125"));
@@ -245,7 +246,7 @@ TEST_CASE("the dispatch-only variants run their fast kernels up to the exact-pro
   const std::pair<const char*, const char*> dispatch[] = {
       {"v9", "v7"},   {"v12", "v11"}, {"v14", "v13"}, {"v16", "v15"}, {"v18", "v17"}, {"v20", "v19"},
       {"v22", "v21"}, {"v24", "v23"}, {"v26", "v25"}, {"v28", "v27"}, {"v30", "v29"}, {"v32", "v31"},
-      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}, {"v120", "v119"}, {"v122", "v121"}, {"v124", "v123"}, {"v126", "v125"}, {"v128", "v127"}, {"v130", "v129"}, {"v132", "v131"}};
+      {"v34", "v33"}, {"v36", "v35"}, {"v38", "v37"}, {"v40", "v39"}, {"v42", "v41"}, {"v44", "v43"}, {"v46", "v45"}, {"v48", "v47"}, {"v50", "v49"}, {"v52", "v51"}, {"v54", "v53"}, {"v56", "v55"}, {"v58", "v57"}, {"v60", "v59"}, {"v62", "v61"}, {"v64", "v63"}, {"v66", "v65"}, {"v68", "v67"}, {"v70", "v69"}, {"v72", "v71"}, {"v74", "v73"}, {"v76", "v75"}, {"v78", "v77"}, {"v80", "v79"}, {"v82", "v81"}, {"v84", "v83"}, {"v86", "v85"}, {"v88", "v87"}, {"v90", "v89"}, {"v92", "v91"}, {"v94", "v93"}, {"v96", "v95"}, {"v98", "v97"}, {"v100", "v99"}, {"v102", "v101"}, {"v104", "v103"}, {"v106", "v105"}, {"v108", "v107"}, {"v110", "v109"}, {"v112", "v111"}, {"v114", "v113"}, {"v116", "v115"}, {"v118", "v117"}, {"v120", "v119"}, {"v122", "v121"}, {"v124", "v123"}, {"v126", "v125"}, {"v128", "v127"}, {"v130", "v129"}, {"v132", "v131"}, {"v134", "v133"}, {"v136", "v135"}};
   for (const auto& [name, fast] : dispatch) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
@@ -476,6 +477,18 @@ TEST_CASE("v127 is v119 with staged state stores, v129/v131 v127 with early load
   CHECK(resolve_kernels(parse_op_config("variant=v128"), 1).variant == "v127");
   CHECK(resolve_kernels(parse_op_config("variant=v130"), 1).variant == "v129");
   CHECK(resolve_kernels(parse_op_config("variant=v132"), 1).variant == "v131");
+}
+
+TEST_CASE("v133 is v131 with lean descriptors, v135 v133 with a lean transpose, nothing else", "[registry]") {
+  check_one_more_forward64_option("v131", "v133", "-DM3_CP_F64_LEAN_INDEX=1");
+  // v135 raises v133's level: the option's value differs, nothing else.
+  KernelSource a = scan_source(parse_op_config("variant=v133"), 8), b = scan_source(parse_op_config("variant=v135"), 8);
+  CHECK(has_option(b, "-DM3_CP_F64_LEAN_INDEX=2"));
+  std::replace(b.options.begin(), b.options.end(), std::string("-DM3_CP_F64_LEAN_INDEX=2"),
+               std::string("-DM3_CP_F64_LEAN_INDEX=1"));
+  CHECK(a.options == b.options);
+  CHECK(resolve_kernels(parse_op_config("variant=v134"), 1).variant == "v133");
+  CHECK(resolve_kernels(parse_op_config("variant=v136"), 1).variant == "v135");
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {

@@ -68,3 +68,28 @@ def test_staged_state_model_detects_bank_conflicts(monkeypatch):
     monkeypatch.setattr(model, "staged_chunk", lambda p, c: c)
     with pytest.raises(AssertionError, match="bank conflict"):
         model.model_forward(make_case([40], seed=3, H=1), staged=True)
+
+
+def test_lean_descriptors_are_the_rebuilt_ones():
+    """v133's descriptors (one add to the tile's first) equal v119's, step by step, for every
+    1024-aligned placement of the job's tiles in the shared window and every product's steps."""
+    for base in range(0, 232448 - 110144 + 1, 1024):
+        for tile, rows, steps in [(base + model.K_QR, model.JOB, 16), (base + model.K_QR + 4096, model.JOB, 16),
+                                  (base + model.K_R1, model.JOB, 16), (base + model.K_R1 + 4096, model.JOB, 16),
+                                  (base + model.K_R2, model.N, 8), (base + model.K_R2 + 8192, model.N, 8)]:
+            for k in range(steps):
+                assert model.kstep_descriptor(tile, rows, k, lean=True) == model.kstep_descriptor(tile, rows, k)
+
+
+def test_lean_transpose_moves_the_same_elements():
+    """v135's transpose_ks_lean makes the same 32 moves per lane as transpose_ks, in the same order."""
+    for warp in range(8):
+        for lane in range(32):
+            assert model.transpose_ks_moves(warp, lane, lean=True) == model.transpose_ks_moves(warp, lane)
+
+
+def test_lean_transpose_check_can_fail(monkeypatch):
+    """The comparison above can fail: a lean transpose that forgets the row's XOR term differs."""
+    real = model.sw128_index
+    monkeypatch.setattr(model, "sw128_index", lambda rows, r, k: real(rows, r, k) ^ (4 if rows == model.JOB else 0))
+    assert model.transpose_ks_moves(1, 9, lean=True) != model.transpose_ks_moves(1, 9)
