@@ -80,17 +80,21 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v129", 32, 256}, OpConfig{"v130", 32, 256},
                                                 OpConfig{"v131", 32, 256}, OpConfig{"v132", 32, 256},
                                                 OpConfig{"v133", 32, 256}, OpConfig{"v134", 32, 256},
-                                                OpConfig{"v135", 32, 256}, OpConfig{"v136", 32, 256}};
+                                                OpConfig{"v135", 32, 256}, OpConfig{"v136", 32, 256},
+                                                OpConfig{"v137", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
 
 // Variants without kernels of their own: they run `short_kernels` while every sequence has at most
-// kExactProductsAboveLen tokens and `long_kernels` (about fp32-exact tile products) beyond.
+// kExactProductsAboveLen tokens and `long_kernels` (about fp32-exact tile products) beyond; where
+// set, `few_waves_kernels` replace the short ones when the chunk-64 forward's jobs would fill fewer
+// than kForward64MinWaves waves of its resident CTAs.
 struct Dispatch {
   const char* variant;
   const char* short_kernels;
   const char* long_kernels;
+  const char* few_waves_kernels = nullptr;
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
@@ -121,7 +125,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v122", "v121", "v8"}, {"v124", "v123", "v8"},
                               {"v126", "v125", "v8"}, {"v128", "v127", "v8"},
                               {"v130", "v129", "v8"}, {"v132", "v131", "v8"},
-                              {"v134", "v133", "v8"}, {"v136", "v135", "v8"}};
+                              {"v134", "v133", "v8"}, {"v136", "v135", "v8"},
+                              {"v137", "v135", "v8", "v103"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -344,7 +349,8 @@ int seq_bucket(long long num_seqs) {
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
-// v120, v122, v124, v126, v128, v130, v132, v134 and v136 have no kernels of their own (kDispatch).
+// v120, v122, v124, v126, v128, v130, v132, v134, v136 and v137 have no kernels of their own
+// (kDispatch); v137 runs v135's, or v103's where the chunk-64 forward's jobs make few waves.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -546,13 +552,25 @@ bool takes_initial_states(const OpConfig& c) {
   return traits(c).initial_states;
 }
 
-OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence) {
+OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence, double forward64_waves) {
   require_known(c);
   const Dispatch* d = dispatch_of(c);
   if (d == nullptr) return c;
   OpConfig r = c;
-  r.variant = longest_sequence > kExactProductsAboveLen ? d->long_kernels : d->short_kernels;
+  if (longest_sequence > kExactProductsAboveLen) {
+    r.variant = d->long_kernels;
+  } else if (d->few_waves_kernels != nullptr && forward64_waves < kForward64MinWaves) {
+    r.variant = d->few_waves_kernels;
+  } else {
+    r.variant = d->short_kernels;
+  }
   return r;
+}
+
+bool picks_by_forward64_waves(const OpConfig& c) {
+  require_known(c);
+  const Dispatch* d = dispatch_of(c);
+  return d != nullptr && d->few_waves_kernels != nullptr;
 }
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,20 @@ int seq_bucket(long long num_seqs);
 // 4e-3.
 constexpr int64_t kExactProductsAboveLen = 4096;
 
+// v137 runs the 32-token kernels (v103's) where the chunk-64 forward's jobs would fill fewer than
+// this many waves of the CTAs that fit on the device: a 64-token job takes longer than a 32-token
+// one, and with one or two waves its latency is the forward's. Run 96 (H100): at 1.2 waves (c00)
+// the 64-token forward took 47.6 us against the 32-token one's 39.5, at 2.4 waves (c06) 70.7
+// against 73.1, at 3.5 and more 4 to 12% less.
+constexpr double kForward64MinWaves = 2.0;
+
 // The configuration whose kernels run a problem whose longest sequence has `longest_sequence`
-// tokens (an upper bound will do): itself, except for the dispatch-only variants.
-OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence);
+// tokens (an upper bound will do): itself, except for the dispatch-only variants. Those that pick
+// by the chunk-64 forward's waves (picks_by_forward64_waves) need `forward64_waves`: its grid
+// over the CTAs of it that fit on the device at once.
+OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence,
+                         double forward64_waves = std::numeric_limits<double>::infinity());
+bool picks_by_forward64_waves(const OpConfig& config);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
 // The reduce kernels of a configuration with kernels of its own; with wide reductions

@@ -18,6 +18,7 @@
 #include "host_stages.h"
 #include "jit.h"
 #include "kernel_registry.h"
+#include "logging.h"
 #include "torch_validate.h"
 
 namespace mamba3_jit {
@@ -69,8 +70,9 @@ struct CallKernels {
   unsigned forward_ctas = 0, backward_ctas = 0;
   // Variants whose angle kernel runs in clusters (their size depends on the call).
   bool angle_clusters = false;
-  // The chunk-64 forward (v119): a CTA per job of two chunks.
+  // The chunk-64 forward (v119): a CTA per job of two chunks; how many of its CTAs fit at once.
   bool forward64 = false;
+  unsigned forward64_resident = 0;
   // The q side of the chunk-64 backward (v121), launched between the forward and the backward.
   const LoadedKernel* cp_backward64q = nullptr;
   // Its k/v side (v123), launched after it.
@@ -112,6 +114,7 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_forward->log_occupancy(threads, k.forward_smem);
     k.cp_backward->log_occupancy(threads, k.backward_smem);
     if (uses_persistent_forward(config)) k.forward_ctas = k.cp_forward->resident_ctas(threads, k.forward_smem);
+    if (k.forward64) k.forward64_resident = k.cp_forward->resident_ctas(threads, k.forward_smem);
     if (uses_persistent_backward(config)) k.backward_ctas = k.cp_backward->resident_ctas(threads, k.backward_smem);
   } else {
     k.scan = &kernel_for(scan_src, "m3_chunk_scan", k.scan_smem, capturing);
@@ -134,6 +137,28 @@ int64_t longest_sequence(const Problem& pb, int64_t T) {
     longest = std::max<int64_t>(longest, pb.cu_seqlens[i + 1] - pb.cu_seqlens[i]);
   }
   return longest;
+}
+
+// The chunk-64 forward's grid, sum ceil(L_i / (2 chunk)) <= T / (2 chunk) + S jobs per head.
+int64_t forward64_jobs(const OpConfig& config, const Problem& pb) {
+  return (pb.T / (2 * config.chunk) + pb.S) * pb.H;
+}
+
+// For the variants that pick their kernels by it (v137), how many waves of the CTAs that fit on
+// the device the chunk-64 forward's jobs would make; infinity for the others.
+double forward64_waves(const OpConfig& config, const Problem& pb, int device, bool capturing) {
+  if (!picks_by_forward64_waves(config)) return std::numeric_limits<double>::infinity();
+  const OpConfig wide = resolve_kernels(config, 0);
+  const CallKernels k = kernels_for(wide, seq_bucket(pb.S), device, capturing);
+  TORCH_CHECK(k.forward64 && k.forward64_resident > 0, "mamba3_jit: ", to_string(config),
+              " picks by the chunk-64 forward's waves, but ", to_string(wide), " has no chunk-64 forward");
+  const int64_t jobs = forward64_jobs(wide, pb);
+  const double waves = static_cast<double>(jobs) / k.forward64_resident;
+  if (logger().should_log(spdlog::level::debug)) {
+    logger().debug("{}: {} chunk-64 forward jobs over {} resident CTAs make {:.2f} waves: {}'s kernels", config.variant,
+                   jobs, k.forward64_resident, waves, resolve_kernels(config, 0, waves).variant);
+  }
+  return waves;
 }
 
 // Parsing the config string on every call would cost more than the lookup it feeds.
@@ -234,7 +259,10 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // The workspace too is allocated while cu_seqlens travels. Which kernels run depends on the
   // longest sequence, but the workspace of either candidate (short sequences, or one of T tokens)
   // is sized from shapes: the larger is taken.
-  const OpConfig short_config = resolve_kernels(config, 0);
+  // v137 picks its kernels by how many waves the chunk-64 forward's jobs would make: that count
+  // comes from shapes and the device alone, so it is known before cu_seqlens arrives.
+  const double waves = forward64_waves(config, pb, q.device().index(), capturing);
+  const OpConfig short_config = resolve_kernels(config, 0, waves);
   const WorkspaceLayout short_ws = workspace_layout(short_config, pb, forward_only);
   const WorkspaceLayout long_ws = workspace_layout(resolve_kernels(config, T), pb, forward_only);
   at::Tensor ws = fresh({std::max(short_ws.total(), long_ws.total())}, at::kFloat, dev);
@@ -252,7 +280,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
 
   // The kernels the longest sequence picks, and their carving of the workspace.
   const int64_t longest = longest_sequence(pb, T);
-  const OpConfig run_config = resolve_kernels(config, longest);
+  const OpConfig run_config = resolve_kernels(config, longest, waves);
   const bool chunk_parallel = is_chunk_parallel(run_config);
   const WorkspaceLayout wl = run_config.variant == short_config.variant ? short_ws : long_ws;
   float* ws_next = ws.data_ptr<float>();
@@ -372,7 +400,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
     };
     // The chunk-64 forward's jobs: sum ceil(L_i / (2 chunk)) <= T / (2 chunk) + S per head.
-    const unsigned grid64 = static_cast<unsigned>((T / (2 * run_config.chunk) + S) * H);
+    const unsigned grid64 = static_cast<unsigned>(forward64_jobs(run_config, pb));
     lc.grid[0] = kernels.forward64 ? grid64 : cp_grid(kernels.forward_ctas);
     lc.grid[1] = 1;
     lc.dynamic_smem = kernels.forward_smem;

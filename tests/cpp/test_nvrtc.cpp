@@ -491,6 +491,34 @@ TEST_CASE("v133 is v131 with lean descriptors, v135 v133 with a lean transpose, 
   CHECK(resolve_kernels(parse_op_config("variant=v136"), 1).variant == "v135");
 }
 
+TEST_CASE("v137 runs v135's kernels from two waves of chunk-64 forward jobs, v103's below, v8's past 4096 tokens",
+          "[registry]") {
+  const OpConfig c = parse_op_config("variant=v137");
+  CHECK(picks_by_forward64_waves(c));
+  CHECK_FALSE(is_chunk_parallel(c));
+  CHECK_THROWS_AS(scan_source(c, 0), std::invalid_argument);
+  CHECK(resolve_kernels(c, 1).variant == "v135");  // no count given: the wide kernels
+  CHECK(resolve_kernels(c, 1, 0.0).variant == "v103");
+  CHECK(resolve_kernels(c, 1, 1.99).variant == "v103");
+  CHECK(resolve_kernels(c, 1, kForward64MinWaves).variant == "v135");
+  CHECK(resolve_kernels(c, kExactProductsAboveLen, 1.0).variant == "v103");
+  CHECK(resolve_kernels(c, kExactProductsAboveLen, 9.0).variant == "v135");
+  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
+  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
+  // Both of its short kernel sets have a chunk-64 forward or none, as the waves' count assumes.
+  CHECK(uses_forward64(parse_op_config("variant=v135")));
+  CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
+  // No other variant picks by waves, and none of them is moved by a count.
+  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v8"}) {
+    INFO(name);
+    const OpConfig o = parse_op_config(std::string("variant=") + name);
+    CHECK_FALSE(picks_by_forward64_waves(o));
+    CHECK(resolve_kernels(o, 1, 0.5).variant == resolve_kernels(o, 1).variant);
+  }
+  const std::string tag = "[v137,";
+  for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
+}
+
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
   const OpConfig v47 = parse_op_config("variant=v47"), v49 = parse_op_config("variant=v49");
   CHECK_FALSE(uses_fused_head_sums(v47));
