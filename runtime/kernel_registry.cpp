@@ -758,10 +758,11 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
 std::vector<KernelSource> specializations_for(const std::vector<OpConfig>& configs, const std::string& arch) {
   std::vector<KernelSource> specs;
   for (const auto& config : configs) {
-    // The longest sequence picks a dispatch-only variant's kernels: the two lengths give both sets
-    // (the same one twice for the other variants).
+    // The longest sequence picks a dispatch-only variant's kernels, and for v137 the chunk-64
+    // forward's waves too: these three give every set (the same one thrice for the others).
     for (const OpConfig& c :
-         {resolve_kernels(config, kExactProductsAboveLen), resolve_kernels(config, kExactProductsAboveLen + 1)}) {
+         {resolve_kernels(config, kExactProductsAboveLen), resolve_kernels(config, kExactProductsAboveLen + 1),
+          resolve_kernels(config, kExactProductsAboveLen, 0.0)}) {
       for (int b : kBuckets) append_unique(specs, scan_source(c, b, arch));
       append_unique(specs, reduce_source(c, arch));
     }

@@ -517,6 +517,13 @@ TEST_CASE("v137 runs v135's kernels from two waves of chunk-64 forward jobs, v10
   }
   const std::string tag = "[v137,";
   for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
+  // Its warm-up fills all three kernel sets, so that no call of either size compiles.
+  const auto specs = specializations_for({c}, "sm_90a");
+  for (const char* set : {"v135", "v103", "v8"}) {
+    INFO(set);
+    const KernelSource scan = scan_source(parse_op_config(std::string("variant=") + set), 0, "sm_90a");
+    CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == scan.name; }));
+  }
 }
 
 TEST_CASE("only v49 on sum dq and dk over the heads in the backward", "[registry]") {
