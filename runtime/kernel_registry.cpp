@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "../kernel_src/m3_params.cuh"
+#include "logging.h"
 
 namespace mamba3_jit {
 namespace {
@@ -571,6 +572,13 @@ bool picks_by_forward64_waves(const OpConfig& c) {
   require_known(c);
   const Dispatch* d = dispatch_of(c);
   return d != nullptr && d->few_waves_kernels != nullptr;
+}
+
+double forward64_waves_of(const OpConfig& c, int64_t jobs, unsigned resident) {
+  const double waves = resident > 0 ? static_cast<double>(jobs) / resident : std::numeric_limits<double>::infinity();
+  logger().debug("{}: {} chunk-64 forward jobs over {} resident CTAs make {:.2f} waves: {}'s kernels", c.variant, jobs,
+                 resident, waves, resolve_kernels(c, 0, waves).variant);
+  return waves;
 }
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {

@@ -63,6 +63,10 @@ constexpr double kForward64MinWaves = 2.0;
 OpConfig resolve_kernels(const OpConfig& config, int64_t longest_sequence,
                          double forward64_waves = std::numeric_limits<double>::infinity());
 bool picks_by_forward64_waves(const OpConfig& config);
+// `jobs` over `resident` (the chunk-64 forward's CTAs that fit at once; none: infinitely many
+// waves), logged at debug level with the kernel set `config` then picks. The torch binding counts
+// both; the log lives here because its translation units may not include spdlog beside torch's fmt.
+double forward64_waves_of(const OpConfig& config, int64_t jobs, unsigned resident);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
 // The reduce kernels of a configuration with kernels of its own; with wide reductions

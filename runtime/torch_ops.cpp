@@ -18,7 +18,6 @@
 #include "host_stages.h"
 #include "jit.h"
 #include "kernel_registry.h"
-#include "logging.h"
 #include "torch_validate.h"
 
 namespace mamba3_jit {
@@ -152,13 +151,7 @@ double forward64_waves(const OpConfig& config, const Problem& pb, int device, bo
   const CallKernels k = kernels_for(wide, seq_bucket(pb.S), device, capturing);
   TORCH_CHECK(k.forward64 && k.forward64_resident > 0, "mamba3_jit: ", to_string(config),
               " picks by the chunk-64 forward's waves, but ", to_string(wide), " has no chunk-64 forward");
-  const int64_t jobs = forward64_jobs(wide, pb);
-  const double waves = static_cast<double>(jobs) / k.forward64_resident;
-  if (logger().should_log(spdlog::level::debug)) {
-    logger().debug("{}: {} chunk-64 forward jobs over {} resident CTAs make {:.2f} waves: {}'s kernels", config.variant,
-                   jobs, k.forward64_resident, waves, resolve_kernels(config, 0, waves).variant);
-  }
-  return waves;
+  return forward64_waves_of(config, forward64_jobs(wide, pb), k.forward64_resident);
 }
 
 // Parsing the config string on every call would cost more than the lookup it feeds.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -505,6 +506,9 @@ TEST_CASE("v137 runs v135's kernels from two waves of chunk-64 forward jobs, v10
   CHECK(resolve_kernels(c, kExactProductsAboveLen, 9.0).variant == "v135");
   CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
   CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
+  CHECK(forward64_waves_of(c, 320, 264) == 320.0 / 264);
+  CHECK(forward64_waves_of(c, 528, 264) == kForward64MinWaves);
+  CHECK(std::isinf(forward64_waves_of(c, 320, 0)));
   // Both of its short kernel sets have a chunk-64 forward or none, as the waves' count assumes.
   CHECK(uses_forward64(parse_op_config("variant=v135")));
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
