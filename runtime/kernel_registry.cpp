@@ -576,8 +576,11 @@ bool picks_by_forward64_waves(const OpConfig& c) {
 
 double forward64_waves_of(const OpConfig& c, int64_t jobs, unsigned resident) {
   const double waves = resident > 0 ? static_cast<double>(jobs) / resident : std::numeric_limits<double>::infinity();
-  logger().debug("{}: {} chunk-64 forward jobs over {} resident CTAs make {:.2f} waves: {}'s kernels", c.variant, jobs,
-                 resident, waves, resolve_kernels(c, 0, waves).variant);
+  // Checked first: the kernel set named in the message would otherwise be resolved on every call.
+  if (logger().should_log(spdlog::level::debug)) {
+    logger().debug("{}: {} chunk-64 forward jobs over {} resident CTAs make {:.2f} waves: {}'s kernels", c.variant,
+                   jobs, resident, waves, resolve_kernels(c, 0, waves).variant);
+  }
   return waves;
 }
 

@@ -392,7 +392,6 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
       const int64_t jobs = wl.total_chunks * H;
       return static_cast<unsigned>(resident > 0 ? std::min<int64_t>(jobs, resident) : jobs);
     };
-    // The chunk-64 forward's jobs: sum ceil(L_i / (2 chunk)) <= T / (2 chunk) + S per head.
     const unsigned grid64 = static_cast<unsigned>(forward64_jobs(run_config, pb));
     lc.grid[0] = kernels.forward64 ? grid64 : cp_grid(kernels.forward_ctas);
     lc.grid[1] = 1;
