@@ -1061,7 +1061,7 @@ M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKE
   forward_outputs(p, sh, s, a, len);
   if (last) {
     const long long row = static_cast<long long>(sh.seq) * H + sh.h;
-    if (tid < N) p.final_k[row * N + tid] = s.kr[(len - 1) * LDN + tid];
+    if (tid < N) p.final_k[row * N + tid] = s.kr[M3_QK_AT(len - 1, tid)];
     if (tid < P) p.final_v[row * P + tid] = p.v[(static_cast<long long>(sh.start + sh.len - 1) * H + sh.h) * P + tid];
   }
 }

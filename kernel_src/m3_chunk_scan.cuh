@@ -188,13 +188,44 @@ constexpr int NW = NT / 32;
 constexpr int LDN = N + M3_PAD;
 constexpr int LDP = P + M3_PAD;
 constexpr int LDC = C + M3_PAD;
+// The q/k tiles' and the v/dy tiles' row strides, and where row r starts (M3_CP_ROWS8, v138;
+// m3_common.cuh says why); the padded tiles' otherwise.
+constexpr int LDQK = M3_CP_ROWS8 ? N + 8 : LDN;
+constexpr int LDVY = M3_CP_ROWS8 ? P + 8 : LDP;
+// M3_CP_ROWS8=2 (v140): the q/k tiles' odd rows also hold each octet's halves swapped (column c at
+// c ^ 4), so that the staging's quarter-warps, which store an even and an odd row, meet 32 banks;
+// their rows 4-7 of every 8 then start 8 floats late, which keeps ldmatrix's eight rows apart.
+constexpr int kQkFlip = M3_CP_ROWS8 >= 2 ? 4 : 0;
+constexpr int kQkSkew = M3_CP_ROWS8 >= 2 ? 8 : M3_CP_ROWS8 ? 4 : 0;
+constexpr int kVySkew = M3_CP_ROWS8 ? 4 : 0;
+// Where row r (and element (r, c) of a q/k tile) starts in the tiles. Without M3_CP_ROWS8 the
+// plain expressions as macros: as inlined functions they compiled to other SASS (v103's forward).
+#if M3_CP_ROWS8
+M3_DEV int row_skew(int r, int skew) { return ((r >> 2) & 1) * skew; }
+M3_DEV int qk_row(int r) { return r * LDQK + row_skew(r, kQkSkew); }
+M3_DEV int qk_at(int r, int c) { return qk_row(r) + (c ^ ((r & 1) * kQkFlip)); }
+M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
+#define M3_ROW_SKEW(r, skew) + row_skew(r, skew)
+#define M3_QK_AT(r, c) qk_at(r, c)
+#define M3_QK_ROW(r) qk_row(r)
+#define M3_VY_ROW(r) vy_row(r)
+#define M3_SKEW_PARAM , int skew
+#define M3_SKEW_ARG(skew) , skew
+#else
+#define M3_ROW_SKEW(r, skew)
+#define M3_QK_AT(r, c) ((r) * LDN + (c))
+#define M3_QK_ROW(r) ((r) * LDN)
+#define M3_VY_ROW(r) ((r) * LDP)
+#define M3_SKEW_PARAM
+#define M3_SKEW_ARG(skew)
+#endif
 constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row stride
 // Where element e = t * A + i of an angle tile sits (t = e / A); unpadded, e itself, so that the
 // variants before v25 compile to the code they were measured with.
 M3_DEV int angle_index(int e, int t) { return LDA == A ? e : t * LDA + e % A; }
 constexpr int NPAIR = N / 2;
-constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A);
-constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, M3_CP_FWD_GLOBAL_STATE, LDA - A);
+constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A, M3_CP_ROWS8);
+constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, M3_CP_FWD_GLOBAL_STATE, LDA - A, M3_CP_ROWS8);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -236,21 +267,48 @@ using Tile = RegTile<M, NC, TM, TN, NT>;
 // M3_LDMATRIX=2 (v43) only in the backward kernel's (backward_intra's and its build_mixing), where
 // v41 gained, while its forward lost (run 39). M3_ROWS_* are the backward's, M3_SHARED_ROWS_* the
 // forward's.
+// The *S forms take the tile's row skew and odd-row flip as well (M3_QK_AT).
 #define M3_SCALAR_ROWS_A(tile, ld) [&](int r, int k) { return (tile)[r * (ld) + k]; }
 #define M3_SCALAR_ROWS_B(tile, ld) [&](int k, int c) { return (tile)[c * (ld) + k]; }
+#if M3_CP_ROWS8
+#define M3_SCALAR_ROWS_AS(tile, ld, skew, flip) \
+  [&](int r, int k) { return (tile)[r * (ld) + row_skew(r, skew) + (k ^ ((r & 1) * (flip)))]; }
+#define M3_SCALAR_ROWS_BS(tile, ld, skew, flip) \
+  [&](int k, int c) { return (tile)[c * (ld) + row_skew(c, skew) + (k ^ ((c & 1) * (flip)))]; }
+#else
+#define M3_SCALAR_ROWS_AS(tile, ld, skew, flip) M3_SCALAR_ROWS_A(tile, ld)
+#define M3_SCALAR_ROWS_BS(tile, ld, skew, flip) M3_SCALAR_ROWS_B(tile, ld)
+#endif
 #if M3_LDMATRIX
 #define M3_ROWS_A(tile, ld) (SmemRowsA{(tile), (ld)})
 #define M3_ROWS_B(tile, ld) (SmemRowsB{(tile), (ld)})
+#if M3_CP_ROWS8
+#define M3_ROWS_AS(tile, ld, skew, flip) (SmemRowsA{(tile), (ld), (skew), (flip)})
+#define M3_ROWS_BS(tile, ld, skew, flip) (SmemRowsB{(tile), (ld), (skew), (flip)})
+#else
+#define M3_ROWS_AS(tile, ld, skew, flip) M3_ROWS_A(tile, ld)
+#define M3_ROWS_BS(tile, ld, skew, flip) M3_ROWS_B(tile, ld)
+#endif
 #else
 #define M3_ROWS_A M3_SCALAR_ROWS_A
 #define M3_ROWS_B M3_SCALAR_ROWS_B
+#define M3_ROWS_AS M3_SCALAR_ROWS_AS
+#define M3_ROWS_BS M3_SCALAR_ROWS_BS
 #endif
 #if M3_LDMATRIX == 1
 #define M3_SHARED_ROWS_A M3_ROWS_A
 #define M3_SHARED_ROWS_B M3_ROWS_B
+#define M3_SHARED_ROWS_AS M3_ROWS_AS
+#define M3_SHARED_ROWS_BS M3_ROWS_BS
 #else
 #define M3_SHARED_ROWS_A M3_SCALAR_ROWS_A
 #define M3_SHARED_ROWS_B M3_SCALAR_ROWS_B
+#define M3_SHARED_ROWS_AS M3_SCALAR_ROWS_AS
+#define M3_SHARED_ROWS_BS M3_SCALAR_ROWS_BS
+#endif
+#if M3_CP_ROWS8 && (M3_CP_FWD_GLOBAL_STATE == 2 || M3_CP_HEAD_CLUSTERS || M3_CP_PREFETCH || !M3_VECTOR_IO || \
+                    M3_CP_QUAD_COLUMNS || !M3_CP_ROW_PAIRED_LANES || !M3_CP_SWIZZLED_HALVES)
+#error "M3_CP_ROWS8 is wired into v135's paths only"
 #endif
 
 static_assert(C % 32 == 0 && C <= 64, "chunk must be 32 or 64");
@@ -320,11 +378,40 @@ M3_DEV void load_f32x8_halves(const float* src, float (&f)[8], int o) {
 #define M3_LOAD_F32X8_SHARED(src, f, o) load_f32x8(src, f)
 #endif
 
+// Octet o (columns 8 o to 8 o + 7) of row r of a q/k tile. Stored as store_f32x8 does, where the
+// tile flips odd rows' halves (M3_CP_ROWS8=2) with the low half at the flipped place.
+M3_DEV void store_qk_octet(float* tile, int r, int o, const float (&f)[8]) {
+#if M3_CP_ROWS8
+  const int x = (r & 1) * kQkFlip;
+  float* row = tile + M3_QK_ROW(r);
+  *reinterpret_cast<float4*>(row + ((8 * o) ^ x)) = make_float4(f[0], f[1], f[2], f[3]);
+  *reinterpret_cast<float4*>(row + ((8 * o + 4) ^ x)) = make_float4(f[4], f[5], f[6], f[7]);
+#else
+  store_f32x8(tile + r * LDN + 8 * o, f);
+#endif
+}
+// Read as M3_LOAD_F32X8_SHARED does: the half at the lower place first unless bit 2 of o is set
+// (one row's eight octets per quarter-warp then meet 32 banks); a flipped row's lower place holds
+// its high half.
+M3_DEV void load_qk_octet(const float* tile, int r, int o, float (&f)[8]) {
+#if M3_CP_ROWS8 >= 2
+  const int h = (o >> 2) & 1, swapped = h ^ (r & 1);
+  const float* src = tile + M3_QK_ROW(r) + 8 * o;
+  const float4 first = *reinterpret_cast<const float4*>(src + 4 * h);
+  const float4 second = *reinterpret_cast<const float4*>(src + 4 - 4 * h);
+  const float4 lo = swapped ? second : first, hi = swapped ? first : second;
+  f[0] = lo.x; f[1] = lo.y; f[2] = lo.z; f[3] = lo.w;
+  f[4] = hi.x; f[5] = hi.y; f[6] = hi.z; f[7] = hi.w;
+#else
+  M3_LOAD_F32X8_SHARED(tile + M3_QK_ROW(r) + 8 * o, f, o);
+#endif
+}
+
 // rows x COLS bf16 values, rows `row_stride` elements apart in `a` (and in `b` when given), into
 // shared floats combine(a, b); rows at or past `valid` become zero.
 template <int ROWS, int COLS, class Combine>
 M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_stride, int valid, float* dst,
-                            int ld, Combine combine) {
+                            int ld M3_SKEW_PARAM, Combine combine) {
   constexpr int OCT = COLS / 8, TOTAL = ROWS * OCT, ITERS = (TOTAL + NT - 1) / NT;
   uint4 ua[ITERS], ub[ITERS];
 #pragma unroll
@@ -343,7 +430,7 @@ M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_st
     unpack_bf16x8(ub[it], fb);
 #pragma unroll
     for (int j = 0; j < 8; ++j) out[j] = r < valid ? combine(fa[j], fb[j]) : 0.f;
-    M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
+    M3_STORE_F32X8_SHARED(dst + r * ld M3_ROW_SKEW(r, skew) + 8 * o, out, o);
   }
 }
 
@@ -641,14 +728,14 @@ struct EarlyLoads {
 // The second half of stage_bf16_rows<C, P> for words loaded earlier (`wb` only for a combine that
 // reads it).
 template <class Combine>
-M3_DEV void store_bf16_words(uint4 wa, uint4 wb, int valid, float* dst, int ld, Combine combine) {
+M3_DEV void store_bf16_words(uint4 wa, uint4 wb, int valid, float* dst, int ld M3_SKEW_PARAM, Combine combine) {
   const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
   float fa[8], fb[8], out[8];
   unpack_bf16x8(wa, fa);
   unpack_bf16x8(wb, fb);
 #pragma unroll
   for (int j = 0; j < 8; ++j) out[j] = r < valid ? combine(fa[j], fb[j]) : 0.f;
-  M3_STORE_F32X8_SHARED(dst + r * ld + 8 * o, out, o);
+  M3_STORE_F32X8_SHARED(dst + r * ld M3_ROW_SKEW(r, skew) + 8 * o, out, o);
 }
 #endif
 #endif
@@ -890,8 +977,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       }
       // Not swizzled: under M3_CP_SWIZZLED_HALVES here the backward's spill stores grew from 72 to
       // 116 bytes (ptxas), against 68 with the staging stores and the epilogue loads alone.
-      store_f32x8(s.qr + t * LDN + 8 * o, qh);
-      store_f32x8(s.kr + t * LDN + 8 * o, kh);
+      store_qk_octet(s.qr, t, o, qh);
+      store_qk_octet(s.kr, t, o, kh);
 #if M3_CP_TRIMS
       raws[ps] = raw;
     }
@@ -913,19 +1000,19 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #endif
   }
 #if M3_CP_PREFETCH
-  stage_bf16_rows<C, P>(s.raw + RawTiles::kV, nullptr, P, len, s.v, LDP, [](float x, float) { return x; });
+  stage_bf16_rows<C, P>(s.raw + RawTiles::kV, nullptr, P, len, s.v, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
 #else
 #if M3_CP_EARLY_LOADS >= 2
   if (early) {
-    store_bf16_words(early->v, early->v, len, s.v, LDP, [](float x, float) { return x; });
+    store_bf16_words(early->v, early->v, len, s.v, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
   } else {
     stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
-                          static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+                          static_cast<long long>(H) * P, len, s.v, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
   }
 #else
   // (Spelled out apart from the branch above: inside a block of its own the walkers' SASS changed.)
   stage_bf16_rows<C, P>(p.v + (static_cast<long long>(sh.start + a) * H + sh.h) * P, nullptr,
-                        static_cast<long long>(H) * P, len, s.v, LDP, [](float x, float) { return x; });
+                        static_cast<long long>(H) * P, len, s.v, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
 #endif
 #endif
 #else
@@ -955,10 +1042,10 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
           q0 = rq0; q1 = rq1; k0 = rk0; k1 = rk1;
         }
       }
-      s.qr[t * LDN + n0] = q0;
-      s.qr[t * LDN + n1] = q1;
-      s.kr[t * LDN + n0] = k0;
-      s.kr[t * LDN + n1] = k1;
+      s.qr[M3_QK_AT(t, n0)] = q0;
+      s.qr[M3_QK_AT(t, n1)] = q1;
+      s.kr[M3_QK_AT(t, n0)] = k0;
+      s.kr[M3_QK_AT(t, n1)] = k1;
     }
     raw = warp_sum(raw);
     if (lane == 0) s.vv(kVecQkRaw)[t] = raw;
@@ -970,7 +1057,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       const int tg = sh.start + a + t;
       val = bf2f(p.v[(static_cast<long long>(tg) * H + sh.h) * P + pp]);
     }
-    s.v[t * LDP + pp] = val;
+    s.v[M3_VY_ROW(t) + pp] = val;
   }
 #endif
   __syncthreads();
@@ -982,9 +1069,9 @@ template <bool kByLdmatrix>
 M3_DEV void build_mixing(Smem& s, int len) {
   Tile<C, C, C / 16, C / 16> tile;
   if constexpr (kByLdmatrix) {
-    tile.template mac<N>(SmemRowsA{s.qr, LDN}, SmemRowsB{s.kr, LDN});
+    tile.template mac<N>(SmemRowsA{s.qr, LDQK, kQkSkew, kQkFlip}, SmemRowsB{s.kr, LDQK, kQkSkew, kQkFlip});
   } else {
-    tile.template mac<N>(M3_SCALAR_ROWS_A(s.qr, LDN), M3_SCALAR_ROWS_B(s.kr, LDN));
+    tile.template mac<N>(M3_SCALAR_ROWS_AS(s.qr, LDQK, kQkSkew, kQkFlip), M3_SCALAR_ROWS_BS(s.kr, LDQK, kQkSkew, kQkFlip));
   }
   const float* cl = s.vv(kVecCl);
   const float* sc = s.vv(kVecSc);
@@ -1038,22 +1125,22 @@ M3_DEV void forward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int a
   // publishes them.
   {
 #if M3_CP_PREFETCH
-    stage_bf16_rows<C, P>(s.raw + RawTiles::kZ, nullptr, P, len, s.dy, LDP, [](float x, float) { return x; });
+    stage_bf16_rows<C, P>(s.raw + RawTiles::kZ, nullptr, P, len, s.dy, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
     if (p.dz) {
-      stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, nullptr, P, p.dout ? len : 0, s.t1, LDP,
+      stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, nullptr, P, p.dout ? len : 0, s.t1, LDP M3_SKEW_ARG(0),
                             [](float x, float) { return x; });
     }
 #elif M3_CP_EARLY_LOADS >= 2
-    store_bf16_words(early.z, early.z, len, s.dy, LDP, [](float x, float) { return x; });
-    if (p.dz) store_bf16_words(early.dout, early.dout, p.dout ? len : 0, s.t1, LDP, [](float x, float) { return x; });
+    store_bf16_words(early.z, early.z, len, s.dy, LDVY M3_SKEW_ARG(kVySkew), [](float x, float) { return x; });
+    if (p.dz) store_bf16_words(early.dout, early.dout, p.dout ? len : 0, s.t1, LDP M3_SKEW_ARG(0), [](float x, float) { return x; });
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
-    stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDP,
+    stage_bf16_rows<C, P>(p.z + row0, nullptr, static_cast<long long>(H) * P, len, s.dy, LDVY M3_SKEW_ARG(kVySkew),
                           [](float x, float) { return x; });
     // A missing dout (nullptr) is zero; without dz (forward only) it is not needed at all.
     if (p.dz) {
       stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, nullptr, static_cast<long long>(H) * P,
-                            p.dout ? len : 0, s.t1, LDP, [](float x, float) { return x; });
+                            p.dout ? len : 0, s.t1, LDP M3_SKEW_ARG(0), [](float x, float) { return x; });
     }
 #endif
   }
@@ -1071,24 +1158,24 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
   {
     Tile<C, P, C / 16, 4> intra, inter;
     intra.template mac<C>(M3_SHARED_ROWS_A(s.m, LDC),
-                          [&](int k, int c) { return s.v[k * LDP + c]; });
+                          [&](int k, int c) { return s.v[M3_VY_ROW(k) + c]; });
 #if M3_CP_FWD_GLOBAL_STATE == 2
     inter.template mac_rows_contiguous_k<N>(s.qr, LDN, [&](int r, int pos) { return s.st4_published(r, pos); });
 #elif M3_CP_FWD_GLOBAL_STATE
-    inter.template mac_frag_rows<N>(M3_SHARED_ROWS_A(s.qr, LDN),
+    inter.template mac_frag_rows<N>(M3_SHARED_ROWS_AS(s.qr, LDQK, kQkSkew, kQkFlip),
                                     [&](int r, int pos) { return s.st4_published(r, pos); });
 #else
-    inter.template mac<N>(M3_SHARED_ROWS_A(s.qr, LDN),
+    inter.template mac<N>(M3_SHARED_ROWS_AS(s.qr, LDQK, kQkSkew, kQkFlip),
                           M3_SHARED_ROWS_B(s.st, LDN));
 #endif
     const float* qkraw = s.vv(kVecQkRaw);
     const float* gam = s.vv(kVecGam);
     zip_for_each(intra, inter, [&](int r, int c, float acc_intra, float acc_inter) {
       if (r < len) {
-        const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[r * LDP + c];
+        const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[M3_VY_ROW(r) + c];
         const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
 #if M3_STAGE_ALL
-        const float zz = s.dy[r * LDP + c];
+        const float zz = s.dy[M3_VY_ROW(r) + c];
         const float dout = p.dz ? s.t1[r * LDP + c] : 0.f;
 #else
         const float zz = bf2f(p.z[idx]);
@@ -1127,8 +1214,8 @@ M3_DEV void mac_along_k(TileT& tile, FA fa, FB fb) {
 M3_DEV void chunk_state_contribution(Smem& s, StateTile& upd) {
   const float* wb = s.vv(kVecWb);
   const float* sc = s.vv(kVecSc);
-  mac_along_k<C, M3_CP_SPREAD_K != 0, true>(upd, [&](int r, int k) { return s.v[k * LDP + r]; },
-                                 [&](int k, int c) { return wb[k] * sc[k] * s.kr[k * LDN + c]; });
+  mac_along_k<C, M3_CP_SPREAD_K != 0, true>(upd, [&](int r, int k) { return s.v[M3_VY_ROW(k) + r]; },
+                                 [&](int k, int c) { return wb[k] * sc[k] * s.kr[M3_QK_AT(k, c)]; });
 }
 
 M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, int a, int len) {
@@ -1401,7 +1488,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     if (!saved) {
       for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
     }
-    stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, s.raw + RawTiles::kZ, P, p.dout ? len : 0, s.dy, LDP,
+    stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, s.raw + RawTiles::kZ, P, p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
                           [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
   }
 #elif M3_VECTOR_IO
@@ -1415,12 +1502,12 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     }
 #endif
 #if M3_CP_EARLY_LOADS >= 3
-    store_bf16_words(early.dout, early.z, p.dout ? len : 0, s.dy, LDP,
+    store_bf16_words(early.dout, early.z, p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
                      [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,
-                          p.dout ? len : 0, s.dy, LDP,
+                          p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
                           [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
 #endif
   }
@@ -1434,7 +1521,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
         const float zz = bf2f(p.z[idx]);
         val = p.dout ? bf2f(p.dout[idx]) * zz * sigmoidf(zz) : 0.f;
       }
-      s.dy[t * LDP + c] = val;
+      s.dy[M3_VY_ROW(t) + c] = val;
     }
   }
 #endif
@@ -1478,8 +1565,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dM[t][s] = dy[t] . v[s] on the causal part.
   {
     Tile<C, C, C / 16, C / 16> dm;
-    dm.template mac<P>(M3_ROWS_A(s.dy, LDP),
-                       M3_ROWS_B(s.v, LDP));
+    dm.template mac<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
+                       M3_ROWS_BS(s.v, LDVY, kVySkew, 0));
 #if M3_CP_FRAG_SUMS
     // dc from the intra-chunk decays: row sums minus column sums of G = dM * M; then dM is
     // stored with its decay factor applied.
@@ -1546,16 +1633,16 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   {
     Tile<C, P, C / 16, 4> stp, intra;
 #if M3_FRAG_DS
-    stp.template mac_frag_rows<N>(M3_ROWS_A(s.kr, LDN),
+    stp.template mac_frag_rows<N>(M3_ROWS_AS(s.kr, LDQK, kQkSkew, kQkFlip),
                                   [&](int r, int pos) { return s.ds4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    stp.template mac<N>(M3_ROWS_A(s.kr, LDN), [&](int k, int c) { return s.ds_at(c, k); });
+    stp.template mac<N>(M3_ROWS_AS(s.kr, LDQK, kQkSkew, kQkFlip), [&](int k, int c) { return s.ds_at(c, k); });
 #else
-    stp.template mac<N>(M3_ROWS_A(s.kr, LDN),
+    stp.template mac<N>(M3_ROWS_AS(s.kr, LDQK, kQkSkew, kQkFlip),
                         M3_ROWS_B(s.ds, LDN));
 #endif
     mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, false>(intra, [&](int r, int k) { return s.m[k * LDC + r]; },
-                                    [&](int k, int c) { return s.dy[k * LDP + c]; });
+                                    [&](int k, int c) { return s.dy[M3_VY_ROW(k) + c]; });
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
       const float sp = wb[r] * sc[r] * acc_state;
 #if !M3_CP_FRAG_SUMS
@@ -1563,7 +1650,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #endif
       if (r < len) {
         const int tg = sh.start + a + r;
-        float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[r * LDP + c];
+        float dv = acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[M3_VY_ROW(r) + c];
         if (a + r == sh.len - 1 && p.dfinal_v) dv += bf2f(p.dfinal_v[(sh.seq * H + sh.h) * P + c]);
 #if !M3_CP_BACKWARD64KV
         p.dv[(static_cast<long long>(tg) * H + sh.h) * P + c] = f2bf(dv);
@@ -1573,8 +1660,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       }
     });
 #if M3_CP_FRAG_SUMS
-    stp.row_sums(part + kPartXs, [&](int r, int c, float acc) { return s.v[r * LDP + c] * (wb[r] * sc[r] * acc); });
-    stp.row_sums(part + kPartDyv, [&](int r, int c, float) { return s.dy[r * LDP + c] * s.v[r * LDP + c]; });
+    stp.row_sums(part + kPartXs, [&](int r, int c, float acc) { return s.v[M3_VY_ROW(r) + c] * (wb[r] * sc[r] * acc); });
+    stp.row_sums(part + kPartDyv, [&](int r, int c, float) { return s.dy[M3_VY_ROW(r) + c] * s.v[M3_VY_ROW(r) + c]; });
 #endif
   }
   __syncthreads();
@@ -1595,8 +1682,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       float xs = 0.f, dyv = 0.f;
 #pragma unroll
       for (int c = lane; c < P; c += 32) {
-        xs = fmaf(s.v[t * LDP + c], s.t1[t * LDN + c], xs);
-        dyv = fmaf(s.dy[t * LDP + c], s.v[t * LDP + c], dyv);
+        xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[t * LDN + c], xs);
+        dyv = fmaf(s.dy[M3_VY_ROW(t) + c], s.v[M3_VY_ROW(t) + c], dyv);
       }
       sums[2 * u] = xs;
       sums[2 * u + 1] = dyv;
@@ -1614,8 +1701,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   for (int t = warp; t < C; t += NW) {
     float xs = 0.f, dyv = 0.f;
     for (int c = lane; c < P; c += 32) {
-      xs = fmaf(s.v[t * LDP + c], s.t1[t * LDN + c], xs);
-      dyv = fmaf(s.dy[t * LDP + c], s.v[t * LDP + c], dyv);
+      xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[t * LDN + c], xs);
+      dyv = fmaf(s.dy[M3_VY_ROW(t) + c], s.v[M3_VY_ROW(t) + c], dyv);
     }
     xs = warp_sum(xs);
     dyv = warp_sum(dyv);
@@ -1634,11 +1721,11 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     static_assert(M3_CP_FRAG_SUMS && M3_CP_GLOBAL_STATES && !M3_FRAG_ST && M3_LDMATRIX,
                   "the quad-column dqr builds on v59's backward");
     MmaQuadTile<C, N, NT> inter, intra;
-    inter.template mac4<P>(M3_ROWS_A(s.dy, LDP), [&](int k, int c) {
+    inter.template mac4<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0), [&](int k, int c) {
       return s.gst ? M3_STATE_LOAD(reinterpret_cast<const float4*>(s.gst + k * N + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
     });
     intra.template mac4<C>(M3_ROWS_A(s.x, LDC), [&](int k, int c) {
-      const float4 kr = *reinterpret_cast<const float4*>(s.kr + k * LDN + c);
+      const float4 kr = *reinterpret_cast<const float4*>(s.kr + M3_QK_ROW(k) + c);
       return make_float4(sc[k] * kr.x, sc[k] * kr.y, sc[k] * kr.z, sc[k] * kr.w);
     });
     float4 in[2 * 2 * inter.MT];
@@ -1650,23 +1737,23 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       *reinterpret_cast<float4*>(s.t1 + r * LDN + c) =
           make_float4(e[r] * ip.x + q.x, e[r] * ip.y + q.y, e[r] * ip.z + q.z, e[r] * ip.w + q.w);
     });
-    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[r * LDN + c] * (e[r] * acc); });
+    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
   }
 #else
   {
     Tile<C, N, C / 16, 8> inter, intra;
 #if M3_FRAG_ST
-    inter.template mac_frag_cols<P>(M3_ROWS_A(s.dy, LDP),
+    inter.template mac_frag_cols<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                     [&](int r, int pos) { return s.st4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    inter.template mac_exact<P>(M3_ROWS_A(s.dy, LDP),
+    inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                 [&](int k, int c) { return s.st_at(k, c); });
 #else
-    inter.template mac_exact<P>(M3_ROWS_A(s.dy, LDP),
+    inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                           [&](int k, int c) { return s.st[k * LDN + c]; });
 #endif
     intra.template mac_exact<C>(M3_ROWS_A(s.x, LDC),
-                          [&](int k, int c) { return sc[k] * s.kr[k * LDN + c]; });
+                          [&](int k, int c) { return sc[k] * s.kr[M3_QK_AT(k, c)]; });
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
 #if !M3_CP_FRAG_SUMS
@@ -1675,7 +1762,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       s.t1[r * LDN + c] = ip + acc_intra;
     });
 #if M3_CP_FRAG_SUMS
-    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[r * LDN + c] * (e[r] * acc); });
+    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
 #endif
   }
 #endif
@@ -1691,7 +1778,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       const int t = warp + k * NW;
       float u = 0.f;
 #pragma unroll
-      for (int c = lane; c < N; c += 32) u = fmaf(s.qr[t * LDN + c], s.t2[t * LDN + c], u);
+      for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[t * LDN + c], u);
       us[k] = u;
     }
     warp_sum_n<K>(us);
@@ -1703,7 +1790,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #else
   for (int t = warp; t < C; t += NW) {
     float u = 0.f;
-    for (int c = lane; c < N; c += 32) u = fmaf(s.qr[t * LDN + c], s.t2[t * LDN + c], u);
+    for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[t * LDN + c], u);
     u = warp_sum(u);
     if (lane == 0) s.vv(kVecU)[t] = u;
   }
@@ -1715,15 +1802,15 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   {
     Tile<C, N, C / 16, 8> intra, stp;
     mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, true>(intra, [&](int r, int k) { return s.x[k * LDC + r]; },
-                                   [&](int k, int c) { return s.qr[k * LDN + c]; });
+                                   [&](int k, int c) { return s.qr[M3_QK_AT(k, c)]; });
 #if M3_FRAG_DS
-    stp.template mac_frag_cols<P>(M3_ROWS_A(s.v, LDP),
+    stp.template mac_frag_cols<P>(M3_ROWS_AS(s.v, LDVY, kVySkew, 0),
                                   [&](int r, int pos) { return s.ds4(r, pos); });
 #elif M3_CP_GLOBAL_STATES
-    stp.template mac_exact<P>(M3_ROWS_A(s.v, LDP),
+    stp.template mac_exact<P>(M3_ROWS_AS(s.v, LDVY, kVySkew, 0),
                               [&](int k, int c) { return s.ds_at(k, c); });
 #else
-    stp.template mac_exact<P>(M3_ROWS_A(s.v, LDP),
+    stp.template mac_exact<P>(M3_ROWS_AS(s.v, LDVY, kVySkew, 0),
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
 #endif
     zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
@@ -1736,8 +1823,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 // The chunk's own contribution to the gradient of the state entering it: sum_t e[t] dy[t] qr[t]^T.
 M3_DEV void state_grad_contribution(Smem& s, StateTile& upd) {
   const float* e = s.vv(kVecE);
-  mac_along_k<C, M3_CP_SPREAD_K == 1, true>(upd, [&](int r, int k) { return e[k] * s.dy[k * LDP + r]; },
-                                            [&](int k, int c) { return s.qr[k * LDN + c]; });
+  mac_along_k<C, M3_CP_SPREAD_K == 1, true>(upd, [&](int r, int k) { return e[k] * s.dy[M3_VY_ROW(k) + r]; },
+                                            [&](int k, int c) { return s.qr[M3_QK_AT(k, c)]; });
 }
 
 // Per-token gradients of q and k (per head, into the workspace), dphi and dscale; adds the
@@ -1784,8 +1871,8 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         float dqr[8], dks[8], kr[8], qr[8], qh[8], kh[8], dkr[8];
         M3_LOAD_F32X8_SHARED(s.t1 + t * LDN + 8 * o, dqr, o);
         M3_LOAD_F32X8_SHARED(s.t2 + t * LDN + 8 * o, dks, o);
-        M3_LOAD_F32X8_SHARED(s.kr + t * LDN + 8 * o, kr, o);
-        M3_LOAD_F32X8_SHARED(s.qr + t * LDN + 8 * o, qr, o);
+        load_qk_octet(s.kr, t, o, kr);
+        load_qk_octet(s.qr, t, o, qr);
 #if M3_CP_TRIMS
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -1847,7 +1934,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         // Where this thread read dks and kr: no other thread reads those words.
         (void)tg;
         store_f32x8(s.t2 + t * LDN + 8 * o, dqh);
-        store_f32x8(s.kr + t * LDN + 8 * o, dkh);
+        store_f32x8(s.kr + M3_QK_ROW(t) + 8 * o, dkh);
 #else
         const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
 #if !M3_CP_BACKWARD64Q
@@ -1888,8 +1975,8 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
       const int n0 = 2 * i2, n1 = n0 + 1;
       const float dqr0 = s.t1[t * LDN + n0], dqr1 = s.t1[t * LDN + n1];
       const float dks0 = s.t2[t * LDN + n0], dks1 = s.t2[t * LDN + n1];
-      const float kr0 = s.kr[t * LDN + n0], kr1 = s.kr[t * LDN + n1];
-      const float qr0 = s.qr[t * LDN + n0], qr1 = s.qr[t * LDN + n1];
+      const float kr0 = s.kr[M3_QK_AT(t, n0)], kr1 = s.kr[M3_QK_AT(t, n1)];
+      const float qr0 = s.qr[M3_QK_AT(t, n0)], qr1 = s.qr[M3_QK_AT(t, n1)];
       dsc = fmaf(dks0, kr0, fmaf(dks1, kr1, dsc));
       float dkr0 = sc[t] * dks0, dkr1 = sc[t] * dks1;
       if (last_token && p.dfinal_k) {
@@ -2148,7 +2235,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   if (tid < A) p.final_angle[sh_row * A + tid] = f2bf(s.phi_carry()[tid]);
   if (tid < N) {
     const int lt = (sh.len - 1) % C;
-    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[lt * LDN + tid] : p.init_k[sh_row * N + tid];
+    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[M3_QK_AT(lt, tid)] : p.init_k[sh_row * N + tid];
   }
   if (tid < P) {
     p.final_v[sh_row * P + tid] =
@@ -2164,7 +2251,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   }
   if (tid < N) {
     const int lt = (sh.len - 1) % C;
-    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[lt * LDN + tid] : 0.f;
+    p.final_k[sh_row * N + tid] = sh.len > 0 ? s.kr[M3_QK_AT(lt, tid)] : 0.f;
   }
   if (tid < P) {
     p.final_v[sh_row * P + tid] =

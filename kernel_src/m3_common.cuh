@@ -311,13 +311,19 @@ M3_DEV unsigned to_tf32(float x) {
 // 4 g + t the word (g, t) of each block: exactly the tf32 fragments of m16n8k8 for these layouts.
 // Needs ld % 4 == 0 and 16-byte aligned rows; ld % 32 == 4 (the padded tiles) keeps the eight rows
 // of a block in distinct banks.
+// `skew` and `flip` (M3_CP_ROWS8): row r starts r * ld floats in, `skew` more where bit 2 of r is
+// set, and its column c sits at c ^ flip where r is odd; both 0 for the plain padded tiles.
 struct SmemRowsA {
   const float* base;
   int ld;
+  int skew = 0;
+  int flip = 0;
 };
 struct SmemRowsB {
   const float* base;
   int ld;
+  int skew = 0;
+  int flip = 0;
 };
 
 M3_DEV unsigned smem_address(const float* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -354,6 +360,14 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #endif
 #ifndef M3_CP_ROW_PAIRED_LANES
 #define M3_CP_ROW_PAIRED_LANES 0
+#endif
+// M3_CP_ROWS8 (v138): the q/k and v/dy tiles' rows are N + 8 and P + 8 floats apart (8 mod 32),
+// and row r has 4 more floats before it when bit 2 of r is set (v140: m3_chunk_scan.cuh). Lanes (g, t) reading element
+// (k0 + t, n0 + 8 j + g), as the scalar tf32 operands read rows along k, then meet banks 8 t + g
+// (32 distinct; 4 t + g, two lanes a bank, at the padding of 4), and the eight rows of an ldmatrix
+// block still lie in eight distinct 16-byte bank groups (the skew puts rows 4-7 on the odd ones).
+#ifndef M3_CP_ROWS8
+#define M3_CP_ROWS8 0
 #endif
 // M3_CP_SPREAD_K: the products whose two operands are both read element by element along k
 // take MmaTile::mac_spread_k's k order. 1 (v75): the forward's chunk-state product and the
@@ -493,7 +507,9 @@ struct MmaTile {
   // k 4-7) as a[i][0..3].
   M3_DEV void a_fragments(const SmemRowsA& fa, int k0, unsigned (&a)[MT][4]) const {
     const int lane = 4 * g + t;
-    const unsigned base = smem_address(fa.base + (m0 + (lane & 7) + (lane & 8)) * fa.ld + ((lane >> 4) << 2));
+    const int row = m0 + (lane & 7) + (lane & 8);  // bit 2 of row + 16 i is row's: one skew for all i
+    const unsigned base =
+        smem_address(fa.base + row * fa.ld + ((row >> 2) & 1) * fa.skew + (((lane >> 4) << 2) ^ ((row & 1) * fa.flip)));
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       ldmatrix_x4(a[i], base + 4u * static_cast<unsigned>(i * 16 * fa.ld + k0));
@@ -516,7 +532,8 @@ struct MmaTile {
   // (l / 8) % 2), an x2 for an odd last one.
   M3_DEV void b_fragments(const SmemRowsB& fb, int k0, unsigned (&b)[NTL][2]) const {
     const int lane = 4 * g + t;
-    const unsigned base = smem_address(fb.base + (n0 + ((lane >> 4) << 3) + (lane & 7)) * fb.ld + (lane & 8) / 2);
+    const int row = n0 + ((lane >> 4) << 3) + (lane & 7);  // bit 2 of row + 8 j is row's
+    const unsigned base = smem_address(fb.base + row * fb.ld + ((row >> 2) & 1) * fb.skew + (((lane & 8) / 2) ^ ((row & 1) * fb.flip)));
 #pragma unroll
     for (int j = 0; j + 1 < NTL; j += 2) {
       unsigned r[4];

@@ -133,13 +133,15 @@ static constexpr int m3_take(int& offset, int n) {
 // backward, two CTAs per SM as well.
 // `angle_pad` floats pad each row of the angle tiles (phi, th, dphi; M3_CP_CONFLICT_FREE).
 static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only,
-                                        bool global_states = false, int angle_pad = 0) {
+                                        bool global_states = false, int angle_pad = 0, bool rows8 = false) {
   M3ScanLayout l{};
   int o = 0;
-  l.qr = m3_take(o, C * (N + pad));
-  l.kr = m3_take(o, C * (N + pad));
-  l.v = m3_take(o, C * (P + pad));
-  l.dy = m3_take(o, C * (P + pad));
+  // rows8 (M3_CP_ROWS8): rows N + 8 and P + 8 apart, a skew of at most 8 inside the last 8 floats.
+  const int qk_pad = rows8 ? 8 : pad, vy_pad = rows8 ? 8 : pad;
+  l.qr = m3_take(o, C * (N + qk_pad));
+  l.kr = m3_take(o, C * (N + qk_pad));
+  l.v = m3_take(o, C * (P + vy_pad));
+  l.dy = m3_take(o, C * (P + vy_pad));
   l.st = global_states ? -1 : m3_take(o, P * (N + pad));
   l.ds = forward_only || global_states ? -1 : m3_take(o, P * (N + pad));
   l.m = m3_take(o, C * (C + pad));

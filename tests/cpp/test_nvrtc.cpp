@@ -79,7 +79,7 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
   // short of registers, reads register operands written since the last fence, or sits in a branch
   // per warpgroup; each happened while the kernel was written. The line must stay absent, for
   // the chunk-64 backward's kernels (v121, v123, v125: their modules hold the forward) too.
-  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135"}) {
+  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135", "v138", "v140"}) {
     const CompileOutput out = compile_with_nvrtc(scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a"));
     INFO(variant << "\n" << out.log);
     CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -91,7 +91,8 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
     // symbols name them).
     const std::string v(variant);
     const bool forward_only_module =
-        v == "v119" || v == "v127" || v == "v129" || v == "v131" || v == "v133" || v == "v135";
+        v == "v119" || v == "v127" || v == "v129" || v == "v131" || v == "v133" || v == "v135" || v == "v138" ||
+        v == "v140";
     CHECK((out.cubin.find("m3_cp_backward64q") != std::string::npos) == !forward_only_module);
     CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123" || v == "v125"));
     CHECK((out.cubin.find(std::string("m3_cp_backward64\0", 17)) != std::string::npos) == (v == "v125"));
@@ -492,41 +493,70 @@ TEST_CASE("v133 is v131 with lean descriptors, v135 v133 with a lean transpose, 
   CHECK(resolve_kernels(parse_op_config("variant=v136"), 1).variant == "v135");
 }
 
-TEST_CASE("v137 runs v135's kernels from two waves of chunk-64 forward jobs, v103's below, v8's past 4096 tokens",
+TEST_CASE("v138 and v140 are v135 with the row layout of M3_CP_ROWS8 at levels 1 and 2, nothing else",
           "[registry]") {
-  const OpConfig c = parse_op_config("variant=v137");
-  CHECK(picks_by_forward64_waves(c));
-  CHECK_FALSE(is_chunk_parallel(c));
-  CHECK_THROWS_AS(scan_source(c, 0), std::invalid_argument);
-  CHECK(resolve_kernels(c, 1).variant == "v135");  // no count given: the wide kernels
-  CHECK(resolve_kernels(c, 1, 0.0).variant == "v103");
-  CHECK(resolve_kernels(c, 1, 1.99).variant == "v103");
-  CHECK(resolve_kernels(c, 1, kForward64MinWaves).variant == "v135");
-  CHECK(resolve_kernels(c, kExactProductsAboveLen, 1.0).variant == "v103");
-  CHECK(resolve_kernels(c, kExactProductsAboveLen, 9.0).variant == "v135");
-  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
-  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
-  CHECK(forward64_waves_of(c, 320, 264) == 320.0 / 264);
-  CHECK(forward64_waves_of(c, 528, 264) == kForward64MinWaves);
-  CHECK(std::isinf(forward64_waves_of(c, 320, 0)));
-  // Both of its short kernel sets have a chunk-64 forward or none, as the waves' count assumes.
-  CHECK(uses_forward64(parse_op_config("variant=v135")));
+  const KernelSource base = scan_source(parse_op_config("variant=v135"), 8);
+  for (const auto& [variant, level] : {std::pair<const char*, int>{"v138", 1}, {"v140", 2}}) {
+    INFO(variant);
+    const OpConfig c = parse_op_config(std::string("variant=") + variant);
+    KernelSource k = scan_source(c, 8);
+    const std::string option = "-DM3_CP_ROWS8=" + std::to_string(level);
+    CHECK(has_option(k, option));
+    k.options.erase(std::remove(k.options.begin(), k.options.end(), option), k.options.end());
+    CHECK(k.options == base.options);
+    CHECK(uses_forward64(c));
+    CHECK(is_chunk_parallel(c));
+    // The q/k and v/dy tiles' rows are 8 floats wider than the padding of 4: 32 rows of each of the
+    // four tiles, 4 floats more a row, in the 32-token kernels; the chunk-64 forward keeps its own.
+    const OpConfig v135 = parse_op_config("variant=v135");
+    CHECK(backward_smem_bytes(c) == backward_smem_bytes(v135) + 4 * 32 * 4 * sizeof(float));
+    CHECK(scan_smem_bytes(c) == scan_smem_bytes(v135) + 4 * 32 * 4 * sizeof(float));
+    CHECK(forward_smem_bytes(c) == forward_smem_bytes(v135));
+    // Two backward CTAs still fit on an SM (233,472 bytes, 1 KB reserved and 1,040 static a CTA).
+    CHECK(2 * (backward_smem_bytes(c) + 1024 + 1040) <= 233472);
+  }
+}
+
+TEST_CASE("v137, v139 and v141 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
+          "past 4096 tokens",
+          "[registry]") {
+  for (const auto& [name, wide] :
+       {std::pair<const char*, const char*>{"v137", "v135"}, {"v139", "v138"}, {"v141", "v140"}}) {
+    INFO(name);
+    const OpConfig c = parse_op_config(std::string("variant=") + name);
+    CHECK(picks_by_forward64_waves(c));
+    CHECK_FALSE(is_chunk_parallel(c));
+    CHECK_THROWS_AS(scan_source(c, 0), std::invalid_argument);
+    CHECK(resolve_kernels(c, 1).variant == wide);  // no count given: the wide kernels
+    CHECK(resolve_kernels(c, 1, 0.0).variant == "v103");
+    CHECK(resolve_kernels(c, 1, 1.99).variant == "v103");
+    CHECK(resolve_kernels(c, 1, kForward64MinWaves).variant == wide);
+    CHECK(resolve_kernels(c, kExactProductsAboveLen, 1.0).variant == "v103");
+    CHECK(resolve_kernels(c, kExactProductsAboveLen, 9.0).variant == wide);
+    CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
+    CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
+    CHECK(forward64_waves_of(c, 320, 264) == 320.0 / 264);
+    CHECK(forward64_waves_of(c, 528, 264) == kForward64MinWaves);
+    CHECK(std::isinf(forward64_waves_of(c, 320, 0)));
+    // Both of its short kernel sets have a chunk-64 forward or none, as the waves' count assumes.
+    CHECK(uses_forward64(parse_op_config(std::string("variant=") + wide)));
+    const std::string tag = std::string("[") + name + ",";
+    for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
+    // Its warm-up fills all three kernel sets, so that no call of either size compiles.
+    const auto specs = specializations_for({c}, "sm_90a");
+    for (const char* set : {wide, "v103", "v8"}) {
+      INFO(set);
+      const KernelSource scan = scan_source(parse_op_config(std::string("variant=") + set), 0, "sm_90a");
+      CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == scan.name; }));
+    }
+  }
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
-  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v8"}) {
+  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
     CHECK(resolve_kernels(o, 1, 0.5).variant == resolve_kernels(o, 1).variant);
-  }
-  const std::string tag = "[v137,";
-  for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
-  // Its warm-up fills all three kernel sets, so that no call of either size compiles.
-  const auto specs = specializations_for({c}, "sm_90a");
-  for (const char* set : {"v135", "v103", "v8"}) {
-    INFO(set);
-    const KernelSource scan = scan_source(parse_op_config(std::string("variant=") + set), 0, "sm_90a");
-    CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == scan.name; }));
   }
 }
 
