@@ -1151,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // of the backward's stall samples in run 42. On c01 the forward's states (155 MB) exceed L2
   // (60 MB), so most come from HBM: every thread asks L2 for one 128-byte line of it now (a bulk
   // prefetch by one thread cost the kernel 16 bytes more of stack).
-  if (j > 0) {
+  if (j > 0 && !M3_CP_SMEM_STATE) {  // v142 copies it into shared memory at once instead
     static_assert(P * N * sizeof(float) == NT * 128, "one 128-byte line per thread");
     prefetch_l2(p.ws_states + slot * P * N + tid * 32);
   }
@@ -1217,8 +1217,12 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if !M3_FRAG_ST
 #pragma unroll
       for (int jj = 0; jj < StateTile::NTL; ++jj) {
+#if M3_CP_SMEM_STATE
+        st[h][jj] = *reinterpret_cast<const float2*>(s.t1 + M3_SS(r, upd.n0 + 8 * jj + 2 * upd.t));
+#else
         st[h][jj] = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + upd.n0 + 8 * jj + 2 * upd.t))
                           : make_float2(0.f, 0.f);
+#endif
       }
 #endif
     }

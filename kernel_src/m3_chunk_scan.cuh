@@ -219,6 +219,18 @@ M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
 #define M3_SKEW_PARAM
 #define M3_SKEW_ARG(skew)
 #endif
+// M3_CP_SMEM_STATE (v142): the backward copies the forward's entering state into the t1 and t2
+// tiles (idle until dqr is stored) as it starts, by cp.async, instead of reading it from L2 twice
+// where it is used (the update's da, dqr's inter part; run 101: about a tenth of the backward's
+// stall samples wait on those loads). Rows of 128 floats, 16-byte chunk q of row r at q ^ 2 (r % 4):
+// lanes (g, t) reading (k0 + t, 8 j + g) as dqr's operand, and the update's 8-byte pairs, meet 32
+// banks.
+#ifndef M3_CP_SMEM_STATE
+#define M3_CP_SMEM_STATE 0
+#endif
+#if M3_CP_SMEM_STATE
+#define M3_SS(r, c) ((r) * N + ((((c) >> 2) ^ (((r) & 3) << 1)) << 2) + ((c) & 3))
+#endif
 constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row stride
 // Where element e = t * A + i of an angle tile sits (t = e / A); unpadded, e itself, so that the
 // variants before v25 compile to the code they were measured with.
@@ -1460,6 +1472,22 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
                              const float* saved) {
   const int H = p.H;
   const int tid = threadIdx.x;
+#if M3_CP_SMEM_STATE
+  static_assert(M3_CP_GLOBAL_STATES && !M3_FRAG_ST && M3_CP_FRAG_SUMS && M3_VECTOR_IO && !M3_CP_PREFETCH &&
+                    !M3_CP_QUAD_COLUMNS && L.t2 == L.t1 + C * (N + M3_PAD) && 2 * C * (N + M3_PAD) >= P * N,
+                "the state's copy goes over t1 and t2 in v135's backward");
+  // Its chunks arrive while the chunk is staged; build_mixing's barrier below publishes them.
+#pragma unroll
+  for (int q = 0; q < P * N / 4 / NT; ++q) {
+    const int e = tid + q * NT, r = e / (N / 4), c = 4 * (e % (N / 4));
+    if (saved) {
+      cp_async16(s.t1 + M3_SS(r, c), saved + r * N + c);
+    } else {
+      *reinterpret_cast<float4*>(s.t1 + M3_SS(r, c)) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
 #if M3_CP_TRIMS
   // By the last A threads, with no barrier of its own: load_chunk's first barrier precedes the
   // first use, and the load travels with load_chunk's first loads.
@@ -1529,6 +1557,9 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();  // covers st and dy too, as build_mixing's barrier does
 #else
+#if M3_CP_SMEM_STATE
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
   build_mixing<M3_LDMATRIX != 0>(s, len);  // ends with a barrier, which also covers st and dy
 #endif
 }
@@ -1745,6 +1776,9 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #if M3_FRAG_ST
     inter.template mac_frag_cols<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                     [&](int r, int pos) { return s.st4(r, pos); });
+#elif M3_CP_SMEM_STATE
+    inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
+                                [&](int k, int c) { return s.t1[M3_SS(k, c)]; });
 #elif M3_CP_GLOBAL_STATES
     inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                 [&](int k, int c) { return s.st_at(k, c); });
@@ -1754,6 +1788,9 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #endif
     intra.template mac_exact<C>(M3_ROWS_A(s.x, LDC),
                           [&](int k, int c) { return sc[k] * s.kr[M3_QK_AT(k, c)]; });
+#if M3_CP_SMEM_STATE
+    __syncthreads();  // every warp's last read of the state's copy, which t1 overwrites
+#endif
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
 #if !M3_CP_FRAG_SUMS

@@ -15,7 +15,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v137";  // the fastest variant verified on the GPU
+  std::string variant = "v143";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };
@@ -49,7 +49,7 @@ int seq_bucket(long long num_seqs);
 // 4e-3.
 constexpr int64_t kExactProductsAboveLen = 4096;
 
-// v137 runs the 32-token kernels (v103's) where the chunk-64 forward's jobs would fill fewer than
+// v137 (v139, v141, v143) runs the 32-token kernels (v103's) where the chunk-64 forward's jobs would fill fewer than
 // this many waves of the CTAs that fit on the device: a 64-token job takes longer than a 32-token
 // one, and with one or two waves its latency is the forward's. Run 96 (H100): at 1.2 waves (c00)
 // the 64-token forward took 47.6 us against the 32-token one's 39.5, at 2.4 waves (c06) 70.7

@@ -143,7 +143,7 @@ int64_t forward64_jobs(const OpConfig& config, const Problem& pb) {
   return (pb.T / (2 * config.chunk) + pb.S) * pb.H;
 }
 
-// For the variants that pick their kernels by it (v137), how many waves of the CTAs that fit on
+// For the variants that pick their kernels by it (v137, v139, v141, v143), how many waves of the CTAs that fit on
 // the device the chunk-64 forward's jobs would make; infinity for the others.
 double forward64_waves(const OpConfig& config, const Problem& pb, int device, bool capturing) {
   if (!picks_by_forward64_waves(config)) return std::numeric_limits<double>::infinity();
@@ -252,7 +252,7 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // The workspace too is allocated while cu_seqlens travels. Which kernels run depends on the
   // longest sequence, but the workspace of either candidate (short sequences, or one of T tokens)
   // is sized from shapes: the larger is taken.
-  // v137 picks its kernels by how many waves the chunk-64 forward's jobs would make: that count
+  // v137 (and its successors) picks its kernels by how many waves the chunk-64 forward's jobs would make: that count
   // comes from shapes and the device alone, so it is known before cu_seqlens arrives.
   const double waves = forward64_waves(config, pb, q.device().index(), capturing);
   const OpConfig short_config = resolve_kernels(config, 0, waves);

@@ -79,7 +79,8 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
   // short of registers, reads register operands written since the last fence, or sits in a branch
   // per warpgroup; each happened while the kernel was written. The line must stay absent, for
   // the chunk-64 backward's kernels (v121, v123, v125: their modules hold the forward) too.
-  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135", "v138", "v140"}) {
+  for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135", "v138", "v140",
+                              "v142"}) {
     const CompileOutput out = compile_with_nvrtc(scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a"));
     INFO(variant << "\n" << out.log);
     CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -92,7 +93,7 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
     const std::string v(variant);
     const bool forward_only_module =
         v == "v119" || v == "v127" || v == "v129" || v == "v131" || v == "v133" || v == "v135" || v == "v138" ||
-        v == "v140";
+        v == "v140" || v == "v142";
     CHECK((out.cubin.find("m3_cp_backward64q") != std::string::npos) == !forward_only_module);
     CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123" || v == "v125"));
     CHECK((out.cubin.find(std::string("m3_cp_backward64\0", 17)) != std::string::npos) == (v == "v125"));
@@ -517,11 +518,23 @@ TEST_CASE("v138 and v140 are v135 with the row layout of M3_CP_ROWS8 at levels 1
   }
 }
 
-TEST_CASE("v137, v139 and v141 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
+TEST_CASE("v142 is v138 with the entering state copied into shared memory, nothing else", "[registry]") {
+  const OpConfig c = parse_op_config("variant=v142"), v138 = parse_op_config("variant=v138");
+  KernelSource k = scan_source(c, 8);
+  const KernelSource base = scan_source(v138, 8);
+  CHECK(has_option(k, "-DM3_CP_SMEM_STATE=1"));
+  k.options.erase(std::remove(k.options.begin(), k.options.end(), std::string("-DM3_CP_SMEM_STATE=1")), k.options.end());
+  CHECK(k.options == base.options);
+  // The copy lives in the t1 and t2 tiles: no new shared memory.
+  CHECK(backward_smem_bytes(c) == backward_smem_bytes(v138));
+  CHECK(forward_smem_bytes(c) == forward_smem_bytes(v138));
+}
+
+TEST_CASE("v137, v139, v141 and v143 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
           "past 4096 tokens",
           "[registry]") {
   for (const auto& [name, wide] :
-       {std::pair<const char*, const char*>{"v137", "v135"}, {"v139", "v138"}, {"v141", "v140"}}) {
+       {std::pair<const char*, const char*>{"v137", "v135"}, {"v139", "v138"}, {"v141", "v140"}, {"v143", "v142"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -552,7 +565,7 @@ TEST_CASE("v137, v139 and v141 run their wide kernels from two waves of chunk-64
   }
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
-  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v8"}) {
+  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
