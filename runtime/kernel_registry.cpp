@@ -85,7 +85,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v137", 32, 256}, OpConfig{"v138", 32, 256},
                                                 OpConfig{"v139", 32, 256}, OpConfig{"v140", 32, 256},
                                                 OpConfig{"v141", 32, 256}, OpConfig{"v142", 32, 256},
-                                                OpConfig{"v143", 32, 256}};
+                                                OpConfig{"v143", 32, 256}, OpConfig{"v144", 32, 256},
+                                                OpConfig{"v145", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -131,7 +132,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v130", "v129", "v8"}, {"v132", "v131", "v8"},
                               {"v134", "v133", "v8"}, {"v136", "v135", "v8"},
                               {"v137", "v135", "v8", "v103"}, {"v139", "v138", "v8", "v103"},
-                              {"v141", "v140", "v8", "v103"}, {"v143", "v142", "v8", "v103"}};
+                              {"v141", "v140", "v8", "v103"}, {"v143", "v142", "v8", "v103"},
+                              {"v145", "v142", "v8", "v144"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -356,13 +358,16 @@ int seq_bucket(long long num_seqs) {
 // whose q/k tiles also hold odd rows' octet halves swapped (M3_CP_ROWS8=2), so that the q/k
 // staging's row-pair stores meet 32 banks as well; both bitwise v135's. v142: v138 whose backward
 // copies the forward's entering state into shared memory by cp.async as a job starts
-// (M3_CP_SMEM_STATE) instead of reading it from L2 where it is used; bitwise v135's.
+// (M3_CP_SMEM_STATE) instead of reading it from L2 where it is used; bitwise v135's. v144: v103
+// (32-token forward and backward) with v142's row layout and shared state copy, its forward's
+// chunk-state product in the plain k order (M3_CP_SPREAD_K=0: the spread order of v79 meets two
+// lanes a bank at rows 8 (mod 32) apart); the forward's states within rounding of v103's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
-// v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141 and v143 have no kernels of
+// v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143 and v145 have no kernels of
 // their own (kDispatch); v137 runs v135's, or v103's where the chunk-64 forward's jobs make few waves;
-// v139, v141 and v143 likewise v138's, v140's and v142's, or v103's.
+// v139, v141 and v143 likewise v138's, v140's and v142's, or v103's; v145 v142's, or v144's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -519,7 +524,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v135", "v133", nullptr, nullptr, &VariantTraits::f64_lean_index, 2},
                                     {"v138", "v135", nullptr, nullptr, &VariantTraits::rows8, 1},
                                     {"v140", "v135", nullptr, nullptr, &VariantTraits::rows8, 2},
-                                    {"v142", "v138", &VariantTraits::smem_state}};
+                                    {"v142", "v138", &VariantTraits::smem_state},
+                                    {"v144", "v103", &VariantTraits::smem_state, nullptr, &VariantTraits::rows8, 1, nullptr,
+                                     &VariantTraits::spread_k, 0}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});

@@ -530,21 +530,47 @@ TEST_CASE("v142 is v138 with the entering state copied into shared memory, nothi
   CHECK(forward_smem_bytes(c) == forward_smem_bytes(v138));
 }
 
-TEST_CASE("v137, v139, v141 and v143 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
+TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state product in the plain k order",
+          "[registry]") {
+  const OpConfig c = parse_op_config("variant=v144");
+  KernelSource k = scan_source(c, 8);
+  KernelSource base = scan_source(parse_op_config("variant=v103"), 8);
+  CHECK(has_option(k, "-DM3_CP_ROWS8=1"));
+  CHECK(has_option(k, "-DM3_CP_SMEM_STATE=1"));
+  CHECK(has_option(base, "-DM3_CP_SPREAD_K=3"));
+  CHECK_FALSE(has_option(k, "-DM3_CP_SPREAD_K=3"));
+  for (const char* o : {"-DM3_CP_ROWS8=1", "-DM3_CP_SMEM_STATE=1"}) {
+    k.options.erase(std::remove(k.options.begin(), k.options.end(), std::string(o)), k.options.end());
+  }
+  base.options.erase(std::remove(base.options.begin(), base.options.end(), std::string("-DM3_CP_SPREAD_K=3")),
+                     base.options.end());
+  CHECK(k.options == base.options);
+  CHECK_FALSE(uses_forward64(c));
+  CHECK(backward_smem_bytes(c) == backward_smem_bytes(parse_op_config("variant=v142")));
+  CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
+}
+
+TEST_CASE("v137, v139, v141, v143 and v145 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
           "past 4096 tokens",
           "[registry]") {
-  for (const auto& [name, wide] :
-       {std::pair<const char*, const char*>{"v137", "v135"}, {"v139", "v138"}, {"v141", "v140"}, {"v143", "v142"}}) {
+  struct Picker {
+    const char* name;
+    const char* wide;
+    const char* few;
+  };
+  for (const auto& [name, wide, few] : {Picker{"v137", "v135", "v103"}, Picker{"v139", "v138", "v103"},
+                                        Picker{"v141", "v140", "v103"}, Picker{"v143", "v142", "v103"},
+                                        Picker{"v145", "v142", "v144"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
     CHECK_FALSE(is_chunk_parallel(c));
     CHECK_THROWS_AS(scan_source(c, 0), std::invalid_argument);
     CHECK(resolve_kernels(c, 1).variant == wide);  // no count given: the wide kernels
-    CHECK(resolve_kernels(c, 1, 0.0).variant == "v103");
-    CHECK(resolve_kernels(c, 1, 1.99).variant == "v103");
+    CHECK(resolve_kernels(c, 1, 0.0).variant == few);
+    CHECK(resolve_kernels(c, 1, 1.99).variant == few);
     CHECK(resolve_kernels(c, 1, kForward64MinWaves).variant == wide);
-    CHECK(resolve_kernels(c, kExactProductsAboveLen, 1.0).variant == "v103");
+    CHECK(resolve_kernels(c, kExactProductsAboveLen, 1.0).variant == few);
     CHECK(resolve_kernels(c, kExactProductsAboveLen, 9.0).variant == wide);
     CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
     CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
@@ -553,11 +579,12 @@ TEST_CASE("v137, v139, v141 and v143 run their wide kernels from two waves of ch
     CHECK(std::isinf(forward64_waves_of(c, 320, 0)));
     // Both of its short kernel sets have a chunk-64 forward or none, as the waves' count assumes.
     CHECK(uses_forward64(parse_op_config(std::string("variant=") + wide)));
+    CHECK_FALSE(uses_forward64(parse_op_config(std::string("variant=") + few)));
     const std::string tag = std::string("[") + name + ",";
     for (const auto& s : all_specializations("sm_90a")) CHECK(s.name.find(tag) == std::string::npos);
     // Its warm-up fills all three kernel sets, so that no call of either size compiles.
     const auto specs = specializations_for({c}, "sm_90a");
-    for (const char* set : {wide, "v103", "v8"}) {
+    for (const char* set : {wide, few, "v8"}) {
       INFO(set);
       const KernelSource scan = scan_source(parse_op_config(std::string("variant=") + set), 0, "sm_90a");
       CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == scan.name; }));
@@ -565,7 +592,7 @@ TEST_CASE("v137, v139, v141 and v143 run their wide kernels from two waves of ch
   }
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
-  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v8"}) {
+  for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
