@@ -1195,6 +1195,17 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // The gradients (and under M3_CP_FRAG_STATES the state) in fragment order: per row a thread
   // holds two 16-byte words of each. All loads of a row pair come before its arithmetic, which
   // keeps CONFLICT_FREE's order (j, h, e within i) for `part`; the stores follow in a second pass.
+#if M3_CP_EARLY_DSTATE
+  // v146: the successor's gradient for every row pair at once, one L2 round trip instead of MT.
+  float4 old_all[StateTile::MT][2][2];
+#pragma unroll
+  for (int i = 0; i < StateTile::MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        old_all[i][h][e] = s.ds4(upd.m0 + i * 16 + upd.g + (h << 3), upd.n0 + 4 * frag_word(2 * upd.t + e));
+#endif
 #pragma unroll
   for (int i = 0; i < StateTile::MT; ++i) {
     float4 old[2][2];
@@ -1209,7 +1220,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int pos = upd.n0 + 4 * frag_word(2 * upd.t + e);
+#if M3_CP_EARLY_DSTATE
+        old[h][e] = old_all[i][h][e];
+#else
         old[h][e] = s.ds4(r, pos);
+#endif
 #if M3_FRAG_ST
         st[h][e] = s.st4(r, pos);
 #endif

@@ -228,6 +228,9 @@ M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
 #ifndef M3_CP_SMEM_STATE
 #define M3_CP_SMEM_STATE 0
 #endif
+#ifndef M3_CP_EARLY_DSTATE
+#define M3_CP_EARLY_DSTATE 0
+#endif
 #if M3_CP_SMEM_STATE
 #define M3_SS(r, c) ((r) * N + ((((c) >> 2) ^ (((r) & 3) << 1)) << 2) + ((c) & 3))
 #endif
