@@ -362,10 +362,11 @@ M3_DEV void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[
 #define M3_CP_ROW_PAIRED_LANES 0
 #endif
 // M3_CP_ROWS8 (v138): the q/k and v/dy tiles' rows are N + 8 and P + 8 floats apart (8 mod 32),
-// and row r has 4 more floats before it when bit 2 of r is set (v140: m3_chunk_scan.cuh). Lanes (g, t) reading element
-// (k0 + t, n0 + 8 j + g), as the scalar tf32 operands read rows along k, then meet banks 8 t + g
-// (32 distinct; 4 t + g, two lanes a bank, at the padding of 4), and the eight rows of an ldmatrix
-// block still lie in eight distinct 16-byte bank groups (the skew puts rows 4-7 on the odd ones).
+// and row r has 4 more floats before it when bit 2 of r is set (v140's level: m3_chunk_scan.cuh).
+// Lanes (g, t) reading element (k0 + t, n0 + 8 j + g), as the scalar tf32 operands read rows along
+// k, then meet banks 8 t + g (32 distinct; 4 t + g, two lanes a bank, at the padding of 4), and the
+// eight rows of an ldmatrix block still lie in eight distinct 16-byte bank groups (the skew puts
+// rows 4-7 on the odd ones).
 #ifndef M3_CP_ROWS8
 #define M3_CP_ROWS8 0
 #endif
