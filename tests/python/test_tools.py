@@ -259,3 +259,47 @@ def test_precision_study_rounds_like_the_tensor_core_formats():
     split = study.operand_product("bf16x3")(a, b)
     err = lambda y: ((y - exact).norm() / exact.norm()).item()  # noqa: E731
     assert err(plain) > 1e-3 and err(split) < 1e-4
+
+
+NCU_SOURCE_CSV = '''"File Path","/build/kernel_src/m3_common.cuh"
+"Line No","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_long_sb (Not Issued)","Instructions Executed","L1 Wavefronts Shared Excessive","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"
+"10","a = b;","1,000","800","100","999","2,000","30","90","60"
+"    /*0010*/ LDS R0, [R1]","","500","400","0","0","1,000","30","90","60"
+"11","c = d;","200","0","150","0","400","0","10","10"
+"File Path","/build/kernel_src/m3_chunk_scan.cuh"
+"Line No","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_long_sb (Not Issued)","Instructions Executed","L1 Wavefronts Shared Excessive","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"
+"10","e = f;","300","0","300","0","100","50","100","50"
+'''
+
+
+def test_ncu_lines_sums_line_rows_by_file_and_ranks_them(tmp_path, capsys):
+    """tools/ncu_lines.py reads only the CUDA line rows (not the SASS rows under them), keeps lines
+    of the same number in different files apart, leaves out the "Not Issued" stall columns, and
+    ranks lines by samples and by excessive shared wavefronts."""
+    from tools import ncu_lines
+    path = tmp_path / "k.csv"
+    path.write_text(NCU_SOURCE_CSV)
+    per_line, columns = ncu_lines.read_lines(str(path))
+    assert set(per_line) == {("m3_common.cuh", 10), ("m3_common.cuh", 11), ("m3_chunk_scan.cuh", 10)}
+    assert per_line[("m3_common.cuh", 10)]["Warp Stall Sampling (All Samples)"] == 1000
+    assert per_line[("m3_common.cuh", 10)]["Instructions Executed"] == 2000
+    assert "stall_long_sb (Not Issued)" not in columns
+    assert per_line[("m3_chunk_scan.cuh", 10)]["L1 Wavefronts Shared Excessive"] == 50
+
+    import sys
+    argv = sys.argv
+    sys.argv = ["ncu_lines.py", str(path), "--top", "2", "--src", str(tmp_path)]
+    try:
+        ncu_lines.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert "samples 1500  instructions executed 2500" in out
+    assert "long_sb 53.3%" in out and "barrier 36.7%" in out
+    assert "L1 Wavefronts Shared Excessive: 80" in out
+    by_samples = out.split("top 2 lines by stall samples")[1].split("top 2 lines by")[0]
+    assert by_samples.index("m3_common.cuh:10") < by_samples.index("m3_chunk_scan.cuh:10")
+    assert "m3_common.cuh:11" not in by_samples  # third by samples: past --top 2
+    by_excess = out.split("by 'L1 Wavefronts Shared Excessive'")[1]
+    assert by_excess.index("m3_chunk_scan.cuh:10") < by_excess.index("m3_common.cuh:10")
+    assert "62.5%" in by_excess  # 50 of the 80 excessive wavefronts
