@@ -231,6 +231,26 @@ M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
 #ifndef M3_CP_EARLY_DSTATE
 #define M3_CP_EARLY_DSTATE 0
 #endif
+// M3_CP_ROWS8_MXT (v148; compiled, not run yet): the m and x tiles (C x C) and the t1 and t2 tiles
+// (C x N) take v138's rows too: m and x are read transposed (lanes (g, t) at row k0 + t, column
+// 8 j + g) as the dv and dks intra products' operands, and t1 and t2 are stored at the accumulators'
+// places, as 8-byte pairs here (half-warps on 32 banks at rows 8 (mod 32) apart).
+#ifndef M3_CP_ROWS8_MXT
+#define M3_CP_ROWS8_MXT 0
+#endif
+#if M3_CP_ROWS8_MXT && !M3_CP_ROWS8
+#error "M3_CP_ROWS8_MXT extends M3_CP_ROWS8"
+#endif
+constexpr int LDMX = M3_CP_ROWS8_MXT ? C + 8 : LDC;
+constexpr int LDT = M3_CP_ROWS8_MXT ? N + 8 : LDN;
+constexpr int kMxSkew = M3_CP_ROWS8_MXT ? 4 : 0;
+#if M3_CP_ROWS8_MXT
+#define M3_MX_ROW(r) ((r) * LDMX + row_skew(r, kMxSkew))
+#define M3_T_ROW(r) ((r) * LDT + row_skew(r, 4))
+#else
+#define M3_MX_ROW(r) ((r) * LDC)
+#define M3_T_ROW(r) ((r) * LDN)
+#endif
 #if M3_CP_SMEM_STATE
 #define M3_SS(r, c) ((r) * N + ((((c) >> 2) ^ (((r) & 3) << 1)) << 2) + ((c) & 3))
 #endif
@@ -239,8 +259,10 @@ constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row 
 // variants before v25 compile to the code they were measured with.
 M3_DEV int angle_index(int e, int t) { return LDA == A ? e : t * LDA + e % A; }
 constexpr int NPAIR = N / 2;
-constexpr M3ScanLayout L = m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A, M3_CP_ROWS8);
-constexpr M3ScanLayout LF = m3_layout(C, N, P, A, NT, M3_PAD, true, M3_CP_FWD_GLOBAL_STATE, LDA - A, M3_CP_ROWS8);
+constexpr M3ScanLayout L =
+    m3_layout(C, N, P, A, NT, M3_PAD, false, M3_CP_GLOBAL_STATES, LDA - A, M3_CP_ROWS8, M3_CP_ROWS8_MXT);
+constexpr M3ScanLayout LF =
+    m3_layout(C, N, P, A, NT, M3_PAD, true, M3_CP_FWD_GLOBAL_STATE, LDA - A, M3_CP_ROWS8, M3_CP_ROWS8_MXT);
 
 // TM x TN is the per-thread block of the CUDA-core tile; the tensor-core tile lays warps out itself.
 #if M3_USE_MMA
@@ -1091,7 +1113,7 @@ M3_DEV void build_mixing(Smem& s, int len) {
   const float* cl = s.vv(kVecCl);
   const float* sc = s.vv(kVecSc);
   tile.for_each([&](int r, int c, float acc) {
-    s.m[r * LDC + c] = (c <= r && r < len) ? expf(cl[r] - cl[c]) * sc[c] * acc : 0.f;
+    s.m[M3_MX_ROW(r) + c] = (c <= r && r < len) ? expf(cl[r] - cl[c]) * sc[c] * acc : 0.f;
   });
   __syncthreads();
 }
@@ -1172,7 +1194,7 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
   const float* e = s.vv(kVecE);
   {
     Tile<C, P, C / 16, 4> intra, inter;
-    intra.template mac<C>(M3_SHARED_ROWS_A(s.m, LDC),
+    intra.template mac<C>(M3_SHARED_ROWS_AS(s.m, LDMX, kMxSkew, 0),
                           [&](int k, int c) { return s.v[M3_VY_ROW(k) + c]; });
 #if M3_CP_FWD_GLOBAL_STATE == 2
     inter.template mac_rows_contiguous_k<N>(s.qr, LDN, [&](int r, int pos) { return s.st4_published(r, pos); });
@@ -1477,7 +1499,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
   const int tid = threadIdx.x;
 #if M3_CP_SMEM_STATE
   static_assert(M3_CP_GLOBAL_STATES && !M3_FRAG_ST && M3_CP_FRAG_SUMS && M3_VECTOR_IO && !M3_CP_PREFETCH &&
-                    !M3_CP_QUAD_COLUMNS && L.t2 == L.t1 + C * (N + M3_PAD) && 2 * C * (N + M3_PAD) >= P * N,
+                    !M3_CP_QUAD_COLUMNS && L.t2 == L.t1 + C * LDT && 2 * C * LDT >= P * N,
                 "the state's copy goes over t1 and t2 in v135's backward");
   // Its chunks arrive while the chunk is staged; build_mixing's barrier below publishes them.
 #pragma unroll
@@ -1604,15 +1626,15 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #if M3_CP_FRAG_SUMS
     // dc from the intra-chunk decays: row sums minus column sums of G = dM * M; then dM is
     // stored with its decay factor applied.
-    const auto g_of = [&](int r, int c, float acc) { return (c <= r && r < len) ? acc * s.m[r * LDC + c] : 0.f; };
+    const auto g_of = [&](int r, int c, float acc) { return (c <= r && r < len) ? acc * s.m[M3_MX_ROW(r) + c] : 0.f; };
     dm.row_sums(part + kPartRowG, g_of);
     dm.col_sums(part + kPartColG, g_of);
     dm.for_each([&](int r, int c, float acc) {
-      s.x[r * LDC + c] = (c <= r && r < len) ? acc * expf(cl[r] - cl[c]) : 0.f;
+      s.x[M3_MX_ROW(r) + c] = (c <= r && r < len) ? acc * expf(cl[r] - cl[c]) : 0.f;
     });
 #else
     dm.for_each([&](int r, int c, float acc) {
-      s.x[r * LDC + c] = (c <= r && r < len) ? acc : 0.f;
+      s.x[M3_MX_ROW(r) + c] = (c <= r && r < len) ? acc : 0.f;
     });
 #endif
   }
@@ -1632,8 +1654,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     float rg = 0.f, cg = 0.f;
 #pragma unroll
     for (int u = part; u < C; u += G) {
-      rg = fmaf(s.x[t * LDC + u], s.m[t * LDC + u], rg);
-      cg = fmaf(s.x[u * LDC + t], s.m[u * LDC + t], cg);
+      rg = fmaf(s.x[M3_MX_ROW(t) + u], s.m[M3_MX_ROW(t) + u], rg);
+      cg = fmaf(s.x[M3_MX_ROW(u) + t], s.m[M3_MX_ROW(u) + t], cg);
     }
 #pragma unroll
     for (int o = G / 2; o > 0; o >>= 1) {
@@ -1649,8 +1671,8 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   if (tid < C) {
     float rg = 0.f, cg = 0.f;
     for (int u = 0; u < C; ++u) {
-      rg = fmaf(s.x[tid * LDC + u], s.m[tid * LDC + u], rg);
-      cg = fmaf(s.x[u * LDC + tid], s.m[u * LDC + tid], cg);
+      rg = fmaf(s.x[M3_MX_ROW(tid) + u], s.m[M3_MX_ROW(tid) + u], rg);
+      cg = fmaf(s.x[M3_MX_ROW(u) + tid], s.m[M3_MX_ROW(u) + tid], cg);
     }
     s.vv(kVecRowG)[tid] = rg;
     s.vv(kVecColG)[tid] = cg;
@@ -1660,7 +1682,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   __syncthreads();
   for (int el = tid; el < C * C; el += NT) {
     const int r = el / C, c = el % C;
-    if (c <= r && r < len) s.x[r * LDC + c] *= expf(cl[r] - cl[c]);
+    if (c <= r && r < len) s.x[M3_MX_ROW(r) + c] *= expf(cl[r] - cl[c]);
   }
 #endif
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).
@@ -1675,12 +1697,12 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     stp.template mac<N>(M3_ROWS_AS(s.kr, LDQK, kQkSkew, kQkFlip),
                         M3_ROWS_B(s.ds, LDN));
 #endif
-    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, false>(intra, [&](int r, int k) { return s.m[k * LDC + r]; },
+    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, false>(intra, [&](int r, int k) { return s.m[M3_MX_ROW(k) + r]; },
                                     [&](int k, int c) { return s.dy[M3_VY_ROW(k) + c]; });
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
       const float sp = wb[r] * sc[r] * acc_state;
 #if !M3_CP_FRAG_SUMS
-      s.t1[r * LDN + c] = sp;
+      s.t1[M3_T_ROW(r) + c] = sp;
 #endif
       if (r < len) {
         const int tg = sh.start + a + r;
@@ -1716,7 +1738,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       float xs = 0.f, dyv = 0.f;
 #pragma unroll
       for (int c = lane; c < P; c += 32) {
-        xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[t * LDN + c], xs);
+        xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[M3_T_ROW(t) + c], xs);
         dyv = fmaf(s.dy[M3_VY_ROW(t) + c], s.v[M3_VY_ROW(t) + c], dyv);
       }
       sums[2 * u] = xs;
@@ -1735,7 +1757,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   for (int t = warp; t < C; t += NW) {
     float xs = 0.f, dyv = 0.f;
     for (int c = lane; c < P; c += 32) {
-      xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[t * LDN + c], xs);
+      xs = fmaf(s.v[M3_VY_ROW(t) + c], s.t1[M3_T_ROW(t) + c], xs);
       dyv = fmaf(s.dy[M3_VY_ROW(t) + c], s.v[M3_VY_ROW(t) + c], dyv);
     }
     xs = warp_sum(xs);
@@ -1758,7 +1780,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     inter.template mac4<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0), [&](int k, int c) {
       return s.gst ? M3_STATE_LOAD(reinterpret_cast<const float4*>(s.gst + k * N + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
     });
-    intra.template mac4<C>(M3_ROWS_A(s.x, LDC), [&](int k, int c) {
+    intra.template mac4<C>(M3_ROWS_AS(s.x, LDMX, kMxSkew, 0), [&](int k, int c) {
       const float4 kr = *reinterpret_cast<const float4*>(s.kr + M3_QK_ROW(k) + c);
       return make_float4(sc[k] * kr.x, sc[k] * kr.y, sc[k] * kr.z, sc[k] * kr.w);
     });
@@ -1768,7 +1790,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     idx = 0;
     intra.for_each_quad([&](int r, int c, float4 q) {
       const float4 ip = in[idx++];
-      *reinterpret_cast<float4*>(s.t1 + r * LDN + c) =
+      *reinterpret_cast<float4*>(s.t1 + M3_T_ROW(r) + c) =
           make_float4(e[r] * ip.x + q.x, e[r] * ip.y + q.y, e[r] * ip.z + q.z, e[r] * ip.w + q.w);
     });
     inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
@@ -1789,18 +1811,25 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                           [&](int k, int c) { return s.st[k * LDN + c]; });
 #endif
-    intra.template mac_exact<C>(M3_ROWS_A(s.x, LDC),
+    intra.template mac_exact<C>(M3_ROWS_AS(s.x, LDMX, kMxSkew, 0),
                           [&](int k, int c) { return sc[k] * s.kr[M3_QK_AT(k, c)]; });
 #if M3_CP_SMEM_STATE
     __syncthreads();  // every warp's last read of the state's copy, which t1 overwrites
 #endif
+#if M3_CP_ROWS8_MXT
+    zip_for_each_pair(inter, intra, [&](int r, int c, float i0, float i1, float a0, float a1) {
+      const float ip0 = e[r] * i0, ip1 = e[r] * i1;
+      *reinterpret_cast<float2*>(s.t1 + M3_T_ROW(r) + c) = make_float2(ip0 + a0, ip1 + a1);
+    });
+#else
     zip_for_each(inter, intra, [&](int r, int c, float acc_inter, float acc_intra) {
       const float ip = e[r] * acc_inter;
 #if !M3_CP_FRAG_SUMS
-      s.t2[r * LDN + c] = ip;
+      s.t2[M3_T_ROW(r) + c] = ip;
 #endif
-      s.t1[r * LDN + c] = ip + acc_intra;
+      s.t1[M3_T_ROW(r) + c] = ip + acc_intra;
     });
+#endif
 #if M3_CP_FRAG_SUMS
     inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
 #endif
@@ -1818,7 +1847,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
       const int t = warp + k * NW;
       float u = 0.f;
 #pragma unroll
-      for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[t * LDN + c], u);
+      for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[M3_T_ROW(t) + c], u);
       us[k] = u;
     }
     warp_sum_n<K>(us);
@@ -1830,7 +1859,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #else
   for (int t = warp; t < C; t += NW) {
     float u = 0.f;
-    for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[t * LDN + c], u);
+    for (int c = lane; c < N; c += 32) u = fmaf(s.qr[M3_QK_AT(t, c)], s.t2[M3_T_ROW(t) + c], u);
     u = warp_sum(u);
     if (lane == 0) s.vv(kVecU)[t] = u;
   }
@@ -1841,7 +1870,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   // dks into t2.
   {
     Tile<C, N, C / 16, 8> intra, stp;
-    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, true>(intra, [&](int r, int k) { return s.x[k * LDC + r]; },
+    mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, true>(intra, [&](int r, int k) { return s.x[M3_MX_ROW(k) + r]; },
                                    [&](int k, int c) { return s.qr[M3_QK_AT(k, c)]; });
 #if M3_FRAG_DS
     stp.template mac_frag_cols<P>(M3_ROWS_AS(s.v, LDVY, kVySkew, 0),
@@ -1853,9 +1882,15 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     stp.template mac_exact<P>(M3_ROWS_AS(s.v, LDVY, kVySkew, 0),
                         [&](int k, int c) { return s.ds[k * LDN + c]; });
 #endif
-    zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
-      s.t2[r * LDN + c] = acc_intra + wb[r] * acc_state;
+#if M3_CP_ROWS8_MXT
+    zip_for_each_pair(intra, stp, [&](int r, int c, float a0, float a1, float s0, float s1) {
+      *reinterpret_cast<float2*>(s.t2 + M3_T_ROW(r) + c) = make_float2(a0 + wb[r] * s0, a1 + wb[r] * s1);
     });
+#else
+    zip_for_each(intra, stp, [&](int r, int c, float acc_intra, float acc_state) {
+      s.t2[M3_T_ROW(r) + c] = acc_intra + wb[r] * acc_state;
+    });
+#endif
   }
   __syncthreads();
 }
@@ -1909,8 +1944,8 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         const float dqk = -s.vv(kVecDyv)[t];
         const float g = dqk * gam[t];
         float dqr[8], dks[8], kr[8], qr[8], qh[8], kh[8], dkr[8];
-        M3_LOAD_F32X8_SHARED(s.t1 + t * LDN + 8 * o, dqr, o);
-        M3_LOAD_F32X8_SHARED(s.t2 + t * LDN + 8 * o, dks, o);
+        M3_LOAD_F32X8_SHARED(s.t1 + M3_T_ROW(t) + 8 * o, dqr, o);
+        M3_LOAD_F32X8_SHARED(s.t2 + M3_T_ROW(t) + 8 * o, dks, o);
         load_qk_octet(s.kr, t, o, kr);
         load_qk_octet(s.qr, t, o, qr);
 #if M3_CP_TRIMS
@@ -1973,7 +2008,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
 #if M3_CP_HEAD_CLUSTERS
         // Where this thread read dks and kr: no other thread reads those words.
         (void)tg;
-        store_f32x8(s.t2 + t * LDN + 8 * o, dqh);
+        store_f32x8(s.t2 + M3_T_ROW(t) + 8 * o, dqh);
         store_f32x8(s.kr + M3_QK_ROW(t) + 8 * o, dkh);
 #else
         const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
@@ -2013,8 +2048,8 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
     for (int m = 0; m < NPAIR / 32; ++m) {
       const int i2 = lane + 32 * m;
       const int n0 = 2 * i2, n1 = n0 + 1;
-      const float dqr0 = s.t1[t * LDN + n0], dqr1 = s.t1[t * LDN + n1];
-      const float dks0 = s.t2[t * LDN + n0], dks1 = s.t2[t * LDN + n1];
+      const float dqr0 = s.t1[M3_T_ROW(t) + n0], dqr1 = s.t1[M3_T_ROW(t) + n1];
+      const float dks0 = s.t2[M3_T_ROW(t) + n0], dks1 = s.t2[M3_T_ROW(t) + n1];
       const float kr0 = s.kr[M3_QK_AT(t, n0)], kr1 = s.kr[M3_QK_AT(t, n1)];
       const float qr0 = s.qr[M3_QK_AT(t, n0)], qr1 = s.qr[M3_QK_AT(t, n1)];
       dsc = fmaf(dks0, kr0, fmaf(dks1, kr1, dsc));

@@ -876,6 +876,18 @@ struct MmaQuadTile : MmaTile<M, NC, NT> {
 };
 #endif
 
+// Visits two tensor-core tiles of one type by the column pairs a thread holds (for_each_pair):
+// f(row, col, a at col, a at col + 1, b at col, b at col + 1), col even.
+template <class Tile, class F>
+M3_DEV void zip_for_each_pair(Tile& a, Tile& b, F f) {
+  const float* pb = reinterpret_cast<const float*>(&b.acc);
+  int idx = 0;
+  a.for_each_pair([&](int r, int c, float a0, float a1) {
+    f(r, c, a0, a1, pb[idx], pb[idx + 1]);
+    idx += 2;
+  });
+}
+
 // Visits two tiles of one type element by element: f(row, col, acc_a, acc_b).
 template <class Tile, class F>
 M3_DEV void zip_for_each(Tile& a, Tile& b, F f) {

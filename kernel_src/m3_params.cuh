@@ -133,21 +133,24 @@ static constexpr int m3_take(int& offset, int n) {
 // backward, two CTAs per SM as well.
 // `angle_pad` floats pad each row of the angle tiles (phi, th, dphi; M3_CP_CONFLICT_FREE).
 static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads, int pad, bool forward_only,
-                                        bool global_states = false, int angle_pad = 0, bool rows8 = false) {
+                                        bool global_states = false, int angle_pad = 0, bool rows8 = false,
+                                        bool rows8_mxt = false) {
   M3ScanLayout l{};
   int o = 0;
   // rows8 (M3_CP_ROWS8): rows N + 8 and P + 8 apart, a skew of at most 8 inside the last 8 floats.
-  const int qk_pad = rows8 ? 8 : pad, vy_pad = rows8 ? 8 : pad;
+  // rows8_mxt (M3_CP_ROWS8_MXT): the m, x, t1 and t2 tiles likewise (t1 of the forward-only layout
+  // keeps its padding: the forward reads it as a plain C x P tile).
+  const int qk_pad = rows8 ? 8 : pad, vy_pad = rows8 ? 8 : pad, mxt_pad = rows8_mxt ? 8 : pad;
   l.qr = m3_take(o, C * (N + qk_pad));
   l.kr = m3_take(o, C * (N + qk_pad));
   l.v = m3_take(o, C * (P + vy_pad));
   l.dy = m3_take(o, C * (P + vy_pad));
   l.st = global_states ? -1 : m3_take(o, P * (N + pad));
   l.ds = forward_only || global_states ? -1 : m3_take(o, P * (N + pad));
-  l.m = m3_take(o, C * (C + pad));
-  l.x = forward_only ? -1 : m3_take(o, C * (C + pad));
-  l.t1 = m3_take(o, C * ((forward_only ? P : N) + pad));
-  l.t2 = forward_only ? -1 : m3_take(o, C * (N + pad));
+  l.m = m3_take(o, C * (C + mxt_pad));
+  l.x = forward_only ? -1 : m3_take(o, C * (C + mxt_pad));
+  l.t1 = m3_take(o, forward_only ? C * (P + pad) : C * (N + mxt_pad));
+  l.t2 = forward_only ? -1 : m3_take(o, C * (N + mxt_pad));
   l.phi = m3_take(o, C * (A + angle_pad));
   l.th = m3_take(o, C * (A + angle_pad));
   l.dphi = forward_only ? -1 : m3_take(o, C * (A + angle_pad));

@@ -58,6 +58,11 @@ def accumulator_scalar(place, j: int = 0):
     return wavefronts([place(g, 8 * j + 2 * t) for g, t in lanes()], 1)
 
 
+def accumulator_pairs(place, j: int = 0):
+    """8-byte stores at an accumulator's places (g, 8 j + 2 t) and the next column (v148's t1, t2)."""
+    return wavefronts([place(g, 8 * j + 2 * t) for g, t in lanes()], 2)
+
+
 def row_pair_stores(place, half: int):
     """The q/k staging (row_paired_octet): lane bits 0-1 and 3-4 the octet, bit 2 the row of two."""
     addrs = []
@@ -119,6 +124,13 @@ def main() -> None:
     for half in (0, 1):
         print(f"{'q/k staging, row pairs, half ' + str(half):40s} {row_pair_stores(padded(128), half):6d} "
               f"{row_pair_stores(rows8(128), half):6d} {row_pair_stores(rows8_flip(128), half):6d}")
+    # v148 (M3_CP_ROWS8_MXT): the m and x tiles (C x C, C = 32) read transposed along k by the dv and
+    # dks intra products, and t1 and t2 stored at the accumulators' places: scalar 4-byte stores as
+    # v142 does them, 8-byte pairs in v148. Run 102's v142 lines: 254 wavefronts a job on each of the
+    # four (half of them excess).
+    print(f"{'m, x read along k (v148)':40s} {along_k(padded(32)):6d} {along_k(rows8(32)):6d}")
+    scalar = accumulator_scalar(padded(128)) * 2  # a column pair: two scalar stores
+    print(f"{'t1, t2 stores at a column pair (v148)':40s} {scalar:6d} {accumulator_pairs(rows8(128)):6d}")
     for name, w in [("epilogue q/k octet loads (two)", 128), ("v/dy staging stores (two)", 64)]:
         fl = octet_rows(rows8_flip(w), True, w) if w == 128 else octet_rows(rows8(w), True, w)
         print(f"{name:40s} {octet_rows(padded(w), True, w):6d} {octet_rows(rows8(w), True, w):6d} {fl:6d}")
