@@ -1504,7 +1504,11 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
   // Its chunks arrive while the chunk is staged; build_mixing's barrier below publishes them.
 #pragma unroll
   for (int q = 0; q < P * N / 4 / NT; ++q) {
-    const int e = tid + q * NT, r = e / (N / 4), c = 4 * (e % (N / 4));
+    // M3_CP_SMEM_STATE=2 (v150): each quarter-warp's eight chunks land in eight consecutive shared
+    // slots and come from the permuted global chunks (the same 128 bytes), where level 1 permutes
+    // the shared side (run 102: 2.3 M excess wavefronts on the copy, 490 a job, for 256 ideal).
+    const int e = tid + q * NT, r = e / (N / 4);
+    const int c = M3_CP_SMEM_STATE >= 2 ? 4 * ((e % (N / 4)) ^ ((r & 3) << 1)) : 4 * (e % (N / 4));
     if (saved) {
       cp_async16(s.t1 + M3_SS(r, c), saved + r * N + c);
     } else {

@@ -88,7 +88,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v143", 32, 256}, OpConfig{"v144", 32, 256},
                                                 OpConfig{"v145", 32, 256}, OpConfig{"v146", 32, 256},
                                                 OpConfig{"v147", 32, 256}, OpConfig{"v148", 32, 256},
-                                                OpConfig{"v149", 32, 256}};
+                                                OpConfig{"v149", 32, 256}, OpConfig{"v150", 32, 256},
+                                                OpConfig{"v151", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -136,7 +137,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v137", "v135", "v8", "v103"}, {"v139", "v138", "v8", "v103"},
                               {"v141", "v140", "v8", "v103"}, {"v143", "v142", "v8", "v103"},
                               {"v145", "v142", "v8", "v144"}, {"v147", "v146", "v8", "v103"},
-                              {"v149", "v148", "v8", "v103"}};
+                              {"v149", "v148", "v8", "v103"}, {"v151", "v150", "v8", "v103"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -368,14 +369,16 @@ int seq_bucket(long long num_seqs) {
 // v142 whose update loads the successor's state gradient for all its row pairs before using any
 // (M3_CP_EARLY_DSTATE); bitwise v135's. v148 (compiled, not run yet): v142 whose m, x, t1 and t2
 // tiles take v138's rows as well, t1 and t2 stored as 8-byte pairs (M3_CP_ROWS8_MXT); meant
-// bitwise v135's.
+// bitwise v135's. v150 (compiled, not run yet): v148 whose state copy's quarter-warps write eight
+// consecutive shared slots (M3_CP_SMEM_STATE=2); bitwise v135's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
-// v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147 and v149 have no kernels of
+// v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149
+// and v151 have no kernels of
 // their own (kDispatch); v137 runs v135's, or v103's where the chunk-64 forward's jobs make few waves;
-// v139, v141, v143, v147 and v149 likewise v138's, v140's, v142's, v146's and v148's, or v103's;
-// v145 v142's, or v144's.
+// v139, v141, v143, v147, v149 and v151 likewise v138's, v140's, v142's, v146's, v148's and v150's,
+// or v103's; v145 v142's, or v144's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -441,7 +444,7 @@ struct VariantTraits {
   int f64_early_loads = 0;          // M3_CP_F64_EARLY_LOADS: 1 (v129), 2 (v131)
   int f64_lean_index = 0;           // M3_CP_F64_LEAN_INDEX: 1 (v133), 2 (v135)
   int rows8 = 0;                    // M3_CP_ROWS8: 1 (v138), 2 (v140)
-  bool smem_state = false;          // v142
+  int smem_state = 0;               // M3_CP_SMEM_STATE: 1 (v142), 2 (v150)
   bool early_dstate = false;        // v146
   bool rows8_mxt = false;           // v148
 };
@@ -457,7 +460,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v11") return {true, 4, true, true, true, false, true, false, true, true, false, false};
   if (c.variant == "v13") return {true, 4, true, true, true, false, true, false, true, true, true, true};
   // From v15 on each variant is its predecessor with one more switch (v33, v45: two), or with a
-  // leveled switch set to a level (v115: two); v111 also turns a switch off.
+  // leveled switch set to a level (v115, v144: two or three); v111 also turns a switch off.
   struct Derived {
     const char* variant;
     const char* base;
@@ -468,6 +471,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
     bool VariantTraits::*clears = nullptr;
     int VariantTraits::*level2 = nullptr;
     int value2 = 0;
+    int VariantTraits::*level3 = nullptr;
+    int value3 = 0;
   };
   static const Derived derived[] = {{"v15", "v13", &VariantTraits::latency_trims},
                                     {"v17", "v15", &VariantTraits::prefetch},
@@ -534,11 +539,12 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v135", "v133", nullptr, nullptr, &VariantTraits::f64_lean_index, 2},
                                     {"v138", "v135", nullptr, nullptr, &VariantTraits::rows8, 1},
                                     {"v140", "v135", nullptr, nullptr, &VariantTraits::rows8, 2},
-                                    {"v142", "v138", &VariantTraits::smem_state},
-                                    {"v144", "v103", &VariantTraits::smem_state, nullptr, &VariantTraits::rows8, 1, nullptr,
-                                     &VariantTraits::spread_k, 0},
+                                    {"v142", "v138", nullptr, nullptr, &VariantTraits::smem_state, 1},
+                                    {"v144", "v103", nullptr, nullptr, &VariantTraits::rows8, 1, nullptr,
+                                     &VariantTraits::spread_k, 0, &VariantTraits::smem_state, 1},
                                     {"v146", "v142", &VariantTraits::early_dstate},
-                                    {"v148", "v142", &VariantTraits::rows8_mxt}};
+                                    {"v148", "v142", &VariantTraits::rows8_mxt},
+                                    {"v150", "v148", nullptr, nullptr, &VariantTraits::smem_state, 2}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -547,6 +553,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
     if (d.level != nullptr) t.*(d.level) = d.value;
     if (d.clears != nullptr) t.*(d.clears) = false;
     if (d.level2 != nullptr) t.*(d.level2) = d.value2;
+    if (d.level3 != nullptr) t.*(d.level3) = d.value3;
     return t;
   }
   return {true, 4, true, true, true, false, true, true, false, false, false, false};
@@ -688,7 +695,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.f64_early_loads > 0) src.options.push_back("-DM3_CP_F64_EARLY_LOADS=" + std::to_string(tr.f64_early_loads));
   if (tr.f64_lean_index > 0) src.options.push_back("-DM3_CP_F64_LEAN_INDEX=" + std::to_string(tr.f64_lean_index));
   if (tr.rows8 > 0) src.options.push_back("-DM3_CP_ROWS8=" + std::to_string(tr.rows8));
-  if (tr.smem_state) src.options.push_back("-DM3_CP_SMEM_STATE=1");
+  if (tr.smem_state > 0) src.options.push_back("-DM3_CP_SMEM_STATE=" + std::to_string(tr.smem_state));
   if (tr.early_dstate) src.options.push_back("-DM3_CP_EARLY_DSTATE=1");
   if (tr.rows8_mxt) src.options.push_back("-DM3_CP_ROWS8_MXT=1");
   src.arch = arch;
