@@ -518,13 +518,26 @@ TEST_CASE("v138 and v140 are v135 with the row layout of M3_CP_ROWS8 at levels 1
   }
 }
 
+// `variant`'s kernel options are `base`'s with `option` added, or with `option` in place of
+// `replaced` (a leveled switch raised).
+void check_one_more_option(const char* base, const char* variant, const std::string& option,
+                           const std::string& replaced = "") {
+  INFO(variant << " over " << base);
+  KernelSource k = scan_source(parse_op_config(std::string("variant=") + variant), 8);
+  const KernelSource b = scan_source(parse_op_config(std::string("variant=") + base), 8);
+  CHECK(has_option(k, option));
+  CHECK_FALSE(has_option(b, option));
+  if (replaced.empty()) {
+    k.options.erase(std::remove(k.options.begin(), k.options.end(), option), k.options.end());
+  } else {
+    std::replace(k.options.begin(), k.options.end(), option, replaced);
+  }
+  CHECK(k.options == b.options);
+}
+
 TEST_CASE("v148 is v142 with the m, x, t1 and t2 tiles in v138's rows, nothing else", "[registry]") {
   const OpConfig c = parse_op_config("variant=v148"), v142 = parse_op_config("variant=v142");
-  KernelSource k = scan_source(c, 8);
-  const KernelSource base = scan_source(v142, 8);
-  CHECK(has_option(k, "-DM3_CP_ROWS8_MXT=1"));
-  k.options.erase(std::remove(k.options.begin(), k.options.end(), std::string("-DM3_CP_ROWS8_MXT=1")), k.options.end());
-  CHECK(k.options == base.options);
+  check_one_more_option("v142", "v148", "-DM3_CP_ROWS8_MXT=1");
   // Four tiles of 32 rows, 4 floats more a row; two backward CTAs still fit on an SM.
   CHECK(backward_smem_bytes(c) == backward_smem_bytes(v142) + 4 * 32 * 4 * sizeof(float));
   CHECK(2 * (backward_smem_bytes(c) + 1024 + 1040) <= 233472);
@@ -532,29 +545,16 @@ TEST_CASE("v148 is v142 with the m, x, t1 and t2 tiles in v138's rows, nothing e
 }
 
 TEST_CASE("v150 is v148 with the state copy's second level, nothing else", "[registry]") {
-  KernelSource k = scan_source(parse_op_config("variant=v150"), 8);
-  const KernelSource base = scan_source(parse_op_config("variant=v148"), 8);
-  CHECK(has_option(k, "-DM3_CP_SMEM_STATE=2"));
-  std::replace(k.options.begin(), k.options.end(), std::string("-DM3_CP_SMEM_STATE=2"),
-               std::string("-DM3_CP_SMEM_STATE=1"));
-  CHECK(k.options == base.options);
+  check_one_more_option("v148", "v150", "-DM3_CP_SMEM_STATE=2", "-DM3_CP_SMEM_STATE=1");
 }
 
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
-  KernelSource k = scan_source(parse_op_config("variant=v146"), 8);
-  const KernelSource base = scan_source(parse_op_config("variant=v142"), 8);
-  CHECK(has_option(k, "-DM3_CP_EARLY_DSTATE=1"));
-  k.options.erase(std::remove(k.options.begin(), k.options.end(), std::string("-DM3_CP_EARLY_DSTATE=1")), k.options.end());
-  CHECK(k.options == base.options);
+  check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
 
 TEST_CASE("v142 is v138 with the entering state copied into shared memory, nothing else", "[registry]") {
   const OpConfig c = parse_op_config("variant=v142"), v138 = parse_op_config("variant=v138");
-  KernelSource k = scan_source(c, 8);
-  const KernelSource base = scan_source(v138, 8);
-  CHECK(has_option(k, "-DM3_CP_SMEM_STATE=1"));
-  k.options.erase(std::remove(k.options.begin(), k.options.end(), std::string("-DM3_CP_SMEM_STATE=1")), k.options.end());
-  CHECK(k.options == base.options);
+  check_one_more_option("v138", "v142", "-DM3_CP_SMEM_STATE=1");
   // The copy lives in the t1 and t2 tiles: no new shared memory.
   CHECK(backward_smem_bytes(c) == backward_smem_bytes(v138));
   CHECK(forward_smem_bytes(c) == forward_smem_bytes(v138));
