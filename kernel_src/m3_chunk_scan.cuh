@@ -201,7 +201,6 @@ constexpr int kVySkew = M3_CP_ROWS8 ? 4 : 0;
 // Where row r (and element (r, c) of a q/k tile) starts in the tiles. Without M3_CP_ROWS8 the
 // plain expressions as macros: as inlined functions they compiled to other SASS (v103's forward).
 #if M3_CP_ROWS8
-M3_DEV int row_skew(int r, int skew) { return ((r >> 2) & 1) * skew; }
 M3_DEV int qk_row(int r) { return r * LDQK + row_skew(r, kQkSkew); }
 M3_DEV int qk_at(int r, int c) { return qk_row(r) + (c ^ ((r & 1) * kQkFlip)); }
 M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
@@ -243,10 +242,10 @@ M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
 #endif
 constexpr int LDMX = M3_CP_ROWS8_MXT ? C + 8 : LDC;
 constexpr int LDT = M3_CP_ROWS8_MXT ? N + 8 : LDN;
-constexpr int kMxSkew = M3_CP_ROWS8_MXT ? 4 : 0;
+constexpr int kMxSkew = M3_CP_ROWS8_MXT ? 4 : 0, kTSkew = kMxSkew;
 #if M3_CP_ROWS8_MXT
 #define M3_MX_ROW(r) ((r) * LDMX + row_skew(r, kMxSkew))
-#define M3_T_ROW(r) ((r) * LDT + row_skew(r, 4))
+#define M3_T_ROW(r) ((r) * LDT + row_skew(r, kTSkew))
 #else
 #define M3_MX_ROW(r) ((r) * LDC)
 #define M3_T_ROW(r) ((r) * LDN)

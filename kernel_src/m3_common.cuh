@@ -313,6 +313,8 @@ M3_DEV unsigned to_tf32(float x) {
 // of a block in distinct banks.
 // `skew` and `flip` (M3_CP_ROWS8): row r starts r * ld floats in, `skew` more where bit 2 of r is
 // set, and its column c sits at c ^ flip where r is odd; both 0 for the plain padded tiles.
+// Floats row r of such a tile starts past r * ld: `skew` where bit 2 of r is set (M3_CP_ROWS8).
+M3_DEV int row_skew(int r, int skew) { return ((r >> 2) & 1) * skew; }
 struct SmemRowsA {
   const float* base;
   int ld;
@@ -510,7 +512,7 @@ struct MmaTile {
     const int lane = 4 * g + t;
     const int row = m0 + (lane & 7) + (lane & 8);  // bit 2 of row + 16 i is row's: one skew for all i
     const unsigned base =
-        smem_address(fa.base + row * fa.ld + ((row >> 2) & 1) * fa.skew + (((lane >> 4) << 2) ^ ((row & 1) * fa.flip)));
+        smem_address(fa.base + row * fa.ld + row_skew(row, fa.skew) + (((lane >> 4) << 2) ^ ((row & 1) * fa.flip)));
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
       ldmatrix_x4(a[i], base + 4u * static_cast<unsigned>(i * 16 * fa.ld + k0));
@@ -534,7 +536,7 @@ struct MmaTile {
   M3_DEV void b_fragments(const SmemRowsB& fb, int k0, unsigned (&b)[NTL][2]) const {
     const int lane = 4 * g + t;
     const int row = n0 + ((lane >> 4) << 3) + (lane & 7);  // bit 2 of row + 8 j is row's
-    const unsigned base = smem_address(fb.base + row * fb.ld + ((row >> 2) & 1) * fb.skew + (((lane & 8) / 2) ^ ((row & 1) * fb.flip)));
+    const unsigned base = smem_address(fb.base + row * fb.ld + row_skew(row, fb.skew) + (((lane & 8) / 2) ^ ((row & 1) * fb.flip)));
 #pragma unroll
     for (int j = 0; j + 1 < NTL; j += 2) {
       unsigned r[4];

@@ -450,17 +450,30 @@ TEST_CASE("v125 is v123 whose backward is the whole chunk-64 backward, nothing e
   CHECK(resolve_kernels(parse_op_config("variant=v126"), 1).variant == "v125");
 }
 
+// `variant`'s kernel options are `base`'s with `option` added, or with `option` in place of
+// `replaced` (a leveled switch raised).
+void check_one_more_option(const char* base, const char* variant, const std::string& option,
+                           const std::string& replaced = "") {
+  INFO(variant << " over " << base);
+  KernelSource k = scan_source(parse_op_config(std::string("variant=") + variant), 8);
+  const KernelSource b = scan_source(parse_op_config(std::string("variant=") + base), 8);
+  CHECK(has_option(k, option));
+  CHECK_FALSE(has_option(b, option));
+  if (replaced.empty()) {
+    k.options.erase(std::remove(k.options.begin(), k.options.end(), option), k.options.end());
+  } else {
+    std::replace(k.options.begin(), k.options.end(), option, replaced);
+  }
+  CHECK(k.options == b.options);
+}
+
 // v127 and v129 change only the order of the chunk-64 forward's work: one option each over their
 // predecessor, the same launch shapes.
 void check_one_more_forward64_option(const char* base, const char* variant, const std::string& option) {
   const OpConfig a_cfg = parse_op_config(std::string("variant=") + base);
   const OpConfig b_cfg = parse_op_config(std::string("variant=") + variant);
-  KernelSource a = scan_source(a_cfg, 8), b = scan_source(b_cfg, 8);
+  check_one_more_option(base, variant, option);
   INFO(variant << " over " << base);
-  CHECK(has_option(b, option));
-  CHECK_FALSE(has_option(a, option));
-  b.options.erase(std::remove(b.options.begin(), b.options.end(), option), b.options.end());
-  CHECK(a.options == b.options);
   CHECK(uses_forward64(b_cfg));
   CHECK_FALSE(uses_backward64q(b_cfg));
   CHECK(forward_smem_bytes(b_cfg) == forward_smem_bytes(a_cfg));
@@ -496,15 +509,10 @@ TEST_CASE("v133 is v131 with lean descriptors, v135 v133 with a lean transpose, 
 
 TEST_CASE("v138 and v140 are v135 with the row layout of M3_CP_ROWS8 at levels 1 and 2, nothing else",
           "[registry]") {
-  const KernelSource base = scan_source(parse_op_config("variant=v135"), 8);
   for (const auto& [variant, level] : {std::pair<const char*, int>{"v138", 1}, {"v140", 2}}) {
     INFO(variant);
     const OpConfig c = parse_op_config(std::string("variant=") + variant);
-    KernelSource k = scan_source(c, 8);
-    const std::string option = "-DM3_CP_ROWS8=" + std::to_string(level);
-    CHECK(has_option(k, option));
-    k.options.erase(std::remove(k.options.begin(), k.options.end(), option), k.options.end());
-    CHECK(k.options == base.options);
+    check_one_more_option("v135", variant, "-DM3_CP_ROWS8=" + std::to_string(level));
     CHECK(uses_forward64(c));
     CHECK(is_chunk_parallel(c));
     // The q/k and v/dy tiles' rows are 8 floats wider than the padding of 4: 32 rows of each of the
@@ -516,23 +524,6 @@ TEST_CASE("v138 and v140 are v135 with the row layout of M3_CP_ROWS8 at levels 1
     // Two backward CTAs still fit on an SM (233,472 bytes, 1 KB reserved and 1,040 static a CTA).
     CHECK(2 * (backward_smem_bytes(c) + 1024 + 1040) <= 233472);
   }
-}
-
-// `variant`'s kernel options are `base`'s with `option` added, or with `option` in place of
-// `replaced` (a leveled switch raised).
-void check_one_more_option(const char* base, const char* variant, const std::string& option,
-                           const std::string& replaced = "") {
-  INFO(variant << " over " << base);
-  KernelSource k = scan_source(parse_op_config(std::string("variant=") + variant), 8);
-  const KernelSource b = scan_source(parse_op_config(std::string("variant=") + base), 8);
-  CHECK(has_option(k, option));
-  CHECK_FALSE(has_option(b, option));
-  if (replaced.empty()) {
-    k.options.erase(std::remove(k.options.begin(), k.options.end(), option), k.options.end());
-  } else {
-    std::replace(k.options.begin(), k.options.end(), option, replaced);
-  }
-  CHECK(k.options == b.options);
 }
 
 TEST_CASE("v148 is v142 with the m, x, t1 and t2 tiles in v138's rows, nothing else", "[registry]") {
