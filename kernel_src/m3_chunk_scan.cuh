@@ -230,7 +230,15 @@ M3_DEV int vy_row(int r) { return r * LDVY + row_skew(r, kVySkew); }
 #ifndef M3_CP_EARLY_DSTATE
 #define M3_CP_EARLY_DSTATE 0
 #endif
-// M3_CP_ROWS8_MXT (v148; compiled, not run yet): the m and x tiles (C x C) and the t1 and t2 tiles
+// M3_CP_DS_L1 (v152): the successor's state gradient read through L1 (plain loads) instead of
+// around it (__ldcg). The two state products read each of its words twice, once per warp row
+// (MmaTile lays warps 2 x 4), back to back; through L1 the second read can hit. No line of a slot's
+// gradient can sit stale in an L1: a slot is read by one job only, after its flag's acquire and the
+// barrier behind it, and every grid starts with L1 empty of global lines.
+#ifndef M3_CP_DS_L1
+#define M3_CP_DS_L1 0
+#endif
+// M3_CP_ROWS8_MXT (v148): the m and x tiles (C x C) and the t1 and t2 tiles
 // (C x N) take v138's rows too: m and x are read transposed (lanes (g, t) at row k0 + t, column
 // 8 j + g) as the dv and dks intra products' operands, and t1 and t2 are stored at the accumulators'
 // places, as 8-byte pairs here (half-warps on 32 banks at rows 8 (mod 32) apart).
@@ -562,7 +570,11 @@ struct Smem {
     return gst ? M3_STATE_LOAD(reinterpret_cast<const float4*>(gst + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   M3_DEV float4 ds4(int r, int pos) const {
+#if M3_CP_DS_L1
+    return gds ? *reinterpret_cast<const float4*>(gds + r * N + pos) : make_float4(0.f, 0.f, 0.f, 0.f);
+#else
     return gds ? __ldcg(reinterpret_cast<const float4*>(gds + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
   }
   // The forward's entering state, published by another CTA of the same kernel: from L2 as well.
   M3_DEV float4 st4_published(int r, int pos) const {
