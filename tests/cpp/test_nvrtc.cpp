@@ -546,6 +546,16 @@ TEST_CASE("v152 is v148 with the successor's gradient read through L1, nothing e
   CHECK(resolve_kernels(parse_op_config("variant=v153"), 1).variant == "v152");
 }
 
+TEST_CASE("v154 is v144 with v148's m, x, t1 and t2 rows, nothing else", "[registry]") {
+  check_one_more_option("v144", "v154", "-DM3_CP_ROWS8_MXT=1");
+  const OpConfig c = parse_op_config("variant=v154"), v144 = parse_op_config("variant=v144");
+  // The backward's four tiles and the forward's m tile: 32 rows, 4 floats more a row.
+  CHECK(backward_smem_bytes(c) == backward_smem_bytes(v144) + 4 * 32 * 4 * sizeof(float));
+  CHECK(forward_smem_bytes(c) == forward_smem_bytes(v144) + 32 * 4 * sizeof(float));
+  CHECK(2 * (backward_smem_bytes(c) + 1024 + 1040) <= 233472);
+  CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -590,7 +600,7 @@ TEST_CASE("v137, v139, v141, v143 and v145 run their wide kernels from two waves
                                         Picker{"v141", "v140", "v103"}, Picker{"v143", "v142", "v103"},
                                         Picker{"v145", "v142", "v144"}, Picker{"v147", "v146", "v103"},
                                         Picker{"v149", "v148", "v103"}, Picker{"v151", "v150", "v103"},
-                                        Picker{"v153", "v152", "v103"}}) {
+                                        Picker{"v153", "v152", "v103"}, Picker{"v155", "v148", "v154"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -623,7 +633,7 @@ TEST_CASE("v137, v139, v141, v143 and v145 run their wide kernels from two waves
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
-                           "v150", "v152", "v8"}) {
+                           "v150", "v152", "v154", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
