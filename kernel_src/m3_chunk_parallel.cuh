@@ -175,8 +175,18 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #ifndef M3_CP_F64_LEAN_INDEX
 #define M3_CP_F64_LEAN_INDEX 0
 #endif
-#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX) && !M3_CP_FORWARD64
-#error "M3_CP_F64_STAGED_STATES, M3_CP_F64_EARLY_LOADS and M3_CP_F64_LEAN_INDEX change m3_cp_forward64: build with M3_CP_FORWARD64"
+// M3_CP_F64_SWAPPED_QK (v156): the q/k staging's lanes with bit 2 of their octet set store the
+// octet's high half first. A quarter-warp's eight octets of one token lie in two 128-byte column
+// blocks of the swizzled tiles, the same chunks of each: storing every lane's low half first put
+// two lanes on each bank, twice the wavefronts (512 excess a job of 64 tokens by
+// methods/bank_model/sw128_banks.py; run 96 counted 2.8 M bank conflicts on the forward's shared
+// stores on c01, about 1,150 a job). Same values, same places.
+#ifndef M3_CP_F64_SWAPPED_QK
+#define M3_CP_F64_SWAPPED_QK 0
+#endif
+#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK) && \
+    !M3_CP_FORWARD64
+#error "the M3_CP_F64_* switches change m3_cp_forward64: build with M3_CP_FORWARD64"
 #endif
 
 namespace m3cp {

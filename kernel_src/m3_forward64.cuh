@@ -317,10 +317,22 @@ M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a,
     // The second 16-byte chunk of the octet is chunk ((8 o + 4) / 4) ^ (t % 8) of the same block.
     float* qr4 = s.qr() + m3wg::sw128_index(kJob, t, 8 * o + 4);
     float* ks4 = s.ks() + m3wg::sw128_index(kJob, t, 8 * o + 4);
+#if M3_CP_F64_SWAPPED_QK
+    {
+      const bool h = (o >> 2) & 1;
+      const float4 qlo = make_float4(qh[0], qh[1], qh[2], qh[3]), qhi = make_float4(qh[4], qh[5], qh[6], qh[7]);
+      const float4 klo = make_float4(kh[0], kh[1], kh[2], kh[3]), khi = make_float4(kh[4], kh[5], kh[6], kh[7]);
+      *reinterpret_cast<float4*>(h ? qr4 : qr) = h ? qhi : qlo;
+      *reinterpret_cast<float4*>(h ? qr : qr4) = h ? qlo : qhi;
+      *reinterpret_cast<float4*>(h ? ks4 : ks) = h ? khi : klo;
+      *reinterpret_cast<float4*>(h ? ks : ks4) = h ? klo : khi;
+    }
+#else
     *reinterpret_cast<float4*>(qr) = make_float4(qh[0], qh[1], qh[2], qh[3]);
     *reinterpret_cast<float4*>(qr4) = make_float4(qh[4], qh[5], qh[6], qh[7]);
     *reinterpret_cast<float4*>(ks) = make_float4(kh[0], kh[1], kh[2], kh[3]);
     *reinterpret_cast<float4*>(ks4) = make_float4(kh[4], kh[5], kh[6], kh[7]);
+#endif
     // qk raw over the token's 16 lanes (a fixed butterfly: repeatable).
 #pragma unroll
     for (int off = 8; off > 0; off >>= 1) raw += __shfl_xor_sync(0xffffffffu, raw, off);

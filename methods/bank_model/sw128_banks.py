@@ -48,6 +48,24 @@ def tile_store_cost(rows: int, cols: int, lane_items, width_words: int, place) -
     return total, per_instr
 
 
+def qk_octet_store_cost(rows: int, swapped: bool) -> int:
+    """Wavefronts of stage_qk's stores of one rows x 128 tile: thread tid holds token 16 ps + tid // 16
+    and octet o = tid % 16; each of its two 16-byte stores writes one half of the octet. With
+    `swapped` the lanes whose o has bit 2 set write their high half first (M3_CP_F64_SWAPPED_QK)."""
+    total = 0
+    for ps in range(rows // 16):
+        for warp in range(8):
+            for store in range(2):
+                addresses = []
+                for lane in range(32):
+                    tid = 32 * warp + lane
+                    t, o = 16 * ps + tid // 16, tid % 16
+                    half = store ^ ((o >> 2) & 1) if swapped else store
+                    addresses.append(sw128_index(rows, t, 8 * o + 4 * half))
+                total += wavefronts(addresses, 4)
+    return total
+
+
 def main() -> None:
     C, N = 64, 128
     print("QR / KS (64 tokens x 128 columns), 16-byte stores:")
@@ -72,6 +90,11 @@ def main() -> None:
     for name, items in mappings.items():
         cost, n = tile_store_cost(N, C, items, 1, kst)
         print(f"  {name:44s} {cost:5d} wavefronts in {n} instructions ({cost / n:.1f} each; 1 is the floor)")
+
+    print("QR / KS as the chunk-64 forward stages them (16 lanes a token, lane o's octet 8 o .. 8 o + 7 as")
+    print("two 16-byte stores; the kernel's stage_qk, 4 passes of 16 tokens), per tile:")
+    for name, swapped in (("low half first (v119 to v148)", False), ("bit 2 of o: high half first (v156)", True)):
+        print(f"  {name:44s} {qk_octet_store_cost(C, swapped):5d} wavefronts")
 
     # Every mapping must write each element exactly once.
     for name, items in mappings.items():
