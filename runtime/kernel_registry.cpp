@@ -375,10 +375,10 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_EARLY_DSTATE); bitwise v135's. v148: v142 whose m, x, t1 and t2 tiles take v138's rows as
 // well, t1 and t2 stored as 8-byte pairs (M3_CP_ROWS8_MXT); bitwise v135's. v150: v148 whose state
 // copy's quarter-warps write eight consecutive shared slots (M3_CP_SMEM_STATE=2); bitwise v135's.
-// v152: v148 whose backward reads the successor's state gradient through L1 (M3_CP_DS_L1); meant
-// bitwise v135's. v154: v144 (the 32-token set) with v148's m, x, t1 and t2 rows; bitwise v144's.
+// v152: v148 whose backward reads the successor's state gradient through L1 (M3_CP_DS_L1); bitwise
+// v135's. v154: v144 (the 32-token set) with v148's m, x, t1 and t2 rows; bitwise v144's.
 // v156: v148 whose chunk-64 forward stores the staged q/k octets' halves in an order that meets 32
-// banks (M3_CP_F64_SWAPPED_QK); meant bitwise v148's.
+// banks (M3_CP_F64_SWAPPED_QK); bitwise v148's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,

@@ -143,7 +143,7 @@ int64_t forward64_jobs(const OpConfig& config, const Problem& pb) {
   return (pb.T / (2 * config.chunk) + pb.S) * pb.H;
 }
 
-// For the variants that pick their kernels by it (v137 and its successors to v151), how many waves of the CTAs that fit on
+// For the variants that pick their kernels by it (v137 and the later waves pickers), how many waves of the CTAs that fit on
 // the device the chunk-64 forward's jobs would make; infinity for the others.
 double forward64_waves(const OpConfig& config, const Problem& pb, int device, bool capturing) {
   if (!picks_by_forward64_waves(config)) return std::numeric_limits<double>::infinity();
