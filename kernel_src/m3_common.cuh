@@ -311,9 +311,8 @@ M3_DEV unsigned to_tf32(float x) {
 // 4 g + t the word (g, t) of each block: exactly the tf32 fragments of m16n8k8 for these layouts.
 // Needs ld % 4 == 0 and 16-byte aligned rows; ld % 32 == 4 (the padded tiles) keeps the eight rows
 // of a block in distinct banks.
-// `skew` and `flip` (M3_CP_ROWS8): row r starts r * ld floats in, `skew` more where bit 2 of r is
-// set, and its column c sits at c ^ flip where r is odd; both 0 for the plain padded tiles.
-// Floats row r of such a tile starts past r * ld: `skew` where bit 2 of r is set (M3_CP_ROWS8).
+// `skew` and `flip` (M3_CP_ROWS8): row r starts r * ld + row_skew(r, skew) floats in, and its
+// column c sits at c ^ flip where r is odd; both 0 for the plain padded tiles.
 M3_DEV int row_skew(int r, int skew) { return ((r >> 2) & 1) * skew; }
 struct SmemRowsA {
   const float* base;

@@ -140,11 +140,11 @@ static constexpr M3ScanLayout m3_layout(int C, int N, int P, int A, int threads,
   // rows8 (M3_CP_ROWS8): rows N + 8 and P + 8 apart, a skew of at most 8 inside the last 8 floats.
   // rows8_mxt (M3_CP_ROWS8_MXT): the m, x, t1 and t2 tiles likewise (t1 of the forward-only layout
   // keeps its padding: the forward reads it as a plain C x P tile).
-  const int qk_pad = rows8 ? 8 : pad, vy_pad = rows8 ? 8 : pad, mxt_pad = rows8_mxt ? 8 : pad;
-  l.qr = m3_take(o, C * (N + qk_pad));
-  l.kr = m3_take(o, C * (N + qk_pad));
-  l.v = m3_take(o, C * (P + vy_pad));
-  l.dy = m3_take(o, C * (P + vy_pad));
+  const int rows8_pad = rows8 ? 8 : pad, mxt_pad = rows8_mxt ? 8 : pad;
+  l.qr = m3_take(o, C * (N + rows8_pad));
+  l.kr = m3_take(o, C * (N + rows8_pad));
+  l.v = m3_take(o, C * (P + rows8_pad));
+  l.dy = m3_take(o, C * (P + rows8_pad));
   l.st = global_states ? -1 : m3_take(o, P * (N + pad));
   l.ds = forward_only || global_states ? -1 : m3_take(o, P * (N + pad));
   l.m = m3_take(o, C * (C + mxt_pad));

@@ -594,8 +594,8 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("v137, v139, v141, v143 and v145 run their wide kernels from two waves of chunk-64 forward jobs, v103's below, v8's "
-          "past 4096 tokens",
+TEST_CASE("the waves pickers (v137 to v157) run their wide kernels from two waves of chunk-64 forward jobs, their "
+          "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
     const char* name;

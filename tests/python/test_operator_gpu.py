@@ -131,6 +131,15 @@ def test_runs_on_current_stream():
 # summed in which order: every result must match the predecessor bit for bit. The cases cover
 # partial chunks, a one-token sequence, an empty one, and (through make_case) the final-state
 # cotangents.
+# Three length mixes for the twins from v127 on: with empty, one-token and 64-multiple sequences;
+# with two of thousands of tokens; with five short ones. One seed each.
+THREE_MIXES = ([959, 300, 0, 64, 1, 33], [4000, 17, 2900, 1], [150, 65, 191, 96, 32])
+
+
+def _on_three_mixes(reference, variant, seeds):
+    return [(reference, variant, lens, seed) for lens, seed in zip(THREE_MIXES, seeds)]
+
+
 BITWISE_TWINS = [
     # the tf32 operands rounded by one integer add instead of cvt.rna: the same bits for finite values
     ("v5", "v7", [959, 300, 64, 1], 31),
@@ -239,58 +248,30 @@ BITWISE_TWINS = [
     ("v89", "v117", [4000, 17, 2900, 1], 433),
     # the chunk-64 forward's states written through a shared tile; and its q/k loads issued early
     # (a sequence of 65 tokens: a job whose second half has one token)
-    ("v119", "v127", [959, 300, 0, 64, 1, 33], 523),
-    ("v119", "v127", [4000, 17, 2900, 1], 541),
-    ("v119", "v127", [150, 65, 191, 96, 32], 547),
-    ("v119", "v129", [959, 300, 0, 64, 1, 33], 557),
-    ("v119", "v129", [4000, 17, 2900, 1], 563),
-    ("v119", "v129", [150, 65, 191, 96, 32], 569),
-    ("v119", "v131", [959, 300, 0, 64, 1, 33], 571),
-    ("v119", "v131", [4000, 17, 2900, 1], 577),
-    ("v119", "v131", [150, 65, 191, 96, 32], 587),
+    *_on_three_mixes("v119", "v127", (523, 541, 547)),
+    *_on_three_mixes("v119", "v129", (557, 563, 569)),
+    *_on_three_mixes("v119", "v131", (571, 577, 587)),
     # the same forward with its descriptors and KS^T's transpose at offsets worked out once
-    ("v119", "v133", [959, 300, 0, 64, 1, 33], 593),
-    ("v119", "v133", [4000, 17, 2900, 1], 599),
-    ("v119", "v133", [150, 65, 191, 96, 32], 601),
-    ("v119", "v135", [959, 300, 0, 64, 1, 33], 607),
-    ("v119", "v135", [4000, 17, 2900, 1], 613),
-    ("v119", "v135", [150, 65, 191, 96, 32], 617),
+    *_on_three_mixes("v119", "v133", (593, 599, 601)),
+    *_on_three_mixes("v119", "v135", (607, 613, 617)),
     # the 32-token backward's q/k and v/dy tiles with rows 8 (mod 32) floats apart (and the q/k
     # tiles' odd rows flipped, v140): the same arithmetic at other shared addresses
-    ("v135", "v138", [959, 300, 0, 64, 1, 33], 619),
-    ("v135", "v138", [4000, 17, 2900, 1], 631),
-    ("v135", "v138", [150, 65, 191, 96, 32], 641),
-    ("v135", "v140", [959, 300, 0, 64, 1, 33], 643),
-    ("v135", "v140", [4000, 17, 2900, 1], 647),
-    ("v135", "v140", [150, 65, 191, 96, 32], 653),
+    *_on_three_mixes("v135", "v138", (619, 631, 641)),
+    *_on_three_mixes("v135", "v140", (643, 647, 653)),
     # v138 whose backward copies the entering state into shared memory as a job starts
-    ("v135", "v142", [959, 300, 0, 64, 1, 33], 659),
-    ("v135", "v142", [4000, 17, 2900, 1], 661),
-    ("v135", "v142", [150, 65, 191, 96, 32], 673),
+    *_on_three_mixes("v135", "v142", (659, 661, 673)),
     # v142 whose update loads the successor's state gradient for all its rows at once
-    ("v135", "v146", [959, 300, 0, 64, 1, 33], 677),
-    ("v135", "v146", [4000, 17, 2900, 1], 683),
-    ("v135", "v146", [150, 65, 191, 96, 32], 691),
+    *_on_three_mixes("v135", "v146", (677, 683, 691)),
     # v142 whose m, x, t1 and t2 tiles take v138's rows, t1 and t2 stored as 8-byte pairs
-    ("v135", "v148", [959, 300, 0, 64, 1, 33], 701),
-    ("v135", "v148", [4000, 17, 2900, 1], 709),
-    ("v135", "v148", [150, 65, 191, 96, 32], 719),
+    *_on_three_mixes("v135", "v148", (701, 709, 719)),
     # v148 whose state copy's quarter-warps write consecutive shared slots
-    ("v135", "v150", [959, 300, 0, 64, 1, 33], 727),
-    ("v135", "v150", [4000, 17, 2900, 1], 733),
-    ("v135", "v150", [150, 65, 191, 96, 32], 739),
+    *_on_three_mixes("v135", "v150", (727, 733, 739)),
     # v148 reading the successor's state gradient through L1
-    ("v135", "v152", [959, 300, 0, 64, 1, 33], 743),
-    ("v135", "v152", [4000, 17, 2900, 1], 751),
-    ("v135", "v152", [150, 65, 191, 96, 32], 757),
+    *_on_three_mixes("v135", "v152", (743, 751, 757)),
     # v144 (the 32-token set) with v148's m, x, t1 and t2 rows
-    ("v144", "v154", [959, 300, 0, 64, 1, 33], 761),
-    ("v144", "v154", [4000, 17, 2900, 1], 769),
-    ("v144", "v154", [150, 65, 191, 96, 32], 773),
+    *_on_three_mixes("v144", "v154", (761, 769, 773)),
     # v148 whose chunk-64 forward stores the staged q/k octets' halves in a conflict-free order
-    ("v148", "v156", [959, 300, 0, 64, 1, 33], 787),
-    ("v148", "v156", [4000, 17, 2900, 1], 797),
-    ("v148", "v156", [150, 65, 191, 96, 32], 809),
+    *_on_three_mixes("v148", "v156", (787, 797, 809)),
 ]
 
 
@@ -502,9 +483,9 @@ def test_dispatch_runs_fast_kernels_up_to_4096_tokens_and_v8_beyond(variant, fas
                                               ("v153", "v152", "v103"), ("v155", "v148", "v154"),
                                               ("v157", "v156", "v154")])
 def test_waves_pickers_run_32_token_kernels_where_the_chunk64_forward_makes_few_waves(variant, wide, few):
-    """v137 (v139, v141, v143, v145) picks its kernels by how many waves of resident CTAs the
-    chunk-64 forward's jobs would make: below two it runs the 32-token kernels (v103's, v145 v144's:
-    bitwise), from two the wide ones (the dispatch test above, 2,272 jobs).
+    """v137 and the later waves pickers pick their kernels by how many waves of resident CTAs the
+    chunk-64 forward's jobs would make: below two they run their 32-token set (v103's, v144's or
+    v154's: bitwise), from two the wide ones (the dispatch test above, 2,272 jobs).
     150 tokens in two sequences make (150 // 64 + 2) * 32 = 128 jobs, under two waves wherever at
     least one CTA fits on each of more than 64 SMs."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
