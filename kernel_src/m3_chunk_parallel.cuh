@@ -134,6 +134,15 @@
 #if M3_CP_TOKEN_LANE_ANGLES && !(M3_CP_TRIMS2 && M3_CP_GLOBAL_STATES)
 #error "M3_CP_TOKEN_LANE_ANGLES replaces the chunk-per-warp loop of M3_CP_TRIMS2 with M3_CP_GLOBAL_STATES"
 #endif
+// M3_CP_LEAN_ANGLES (v158): m3_cp_angles of m3_angles_lean.cuh, the same sums with fewer of its
+// round trips in a row (that file says which).
+#ifndef M3_CP_LEAN_ANGLES
+#define M3_CP_LEAN_ANGLES 0
+#endif
+#if M3_CP_LEAN_ANGLES && !(M3_CP_TOKEN_LANE_ANGLES && M3_CP_TRIMS && M3_CP_RICH_SCHEDULE && M3_FRAG_DS && \
+                           M3_CP_BATCHED_REORDER && !M3_CP_CLUSTER_ANGLES)
+#error "M3_CP_LEAN_ANGLES rewrites v83's angle kernel with the rich schedule and the batched reorder, without clusters"
+#endif
 // Words of the ticket's job in shared memory: seq, round, h, q (and start, len, chunk_base); ints
 // per ticket-table entry (the workspace holds 8 for every chunk-parallel variant). Enumerators,
 // not constexpr variables: those became device globals and moved every other global's address.
@@ -652,6 +661,9 @@ M3_DEV double wrap_angle_double(double x) {
 
 }  // namespace m3cp
 
+#if M3_CP_LEAN_ANGLES
+#include "m3_angles_lean.cuh"
+#else
 // The angle sum entering every chunk of one (sequence, head) into ws_phi, the final angle state,
 // and zero final states for an empty sequence. Grid (H, S).
 #if M3_CP_TOKEN_LANE_ANGLES && M3_CP_CLUSTER_ANGLES
@@ -930,6 +942,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     for (int e = threadIdx.x; e < P; e += NT) p.final_v[row * P + e] = static_cast<m3_bf16>(0);
   }
 }
+
+#endif  // M3_CP_LEAN_ANGLES
 
 namespace m3cp {
 // One forward (chunk, head) job.

@@ -80,7 +80,7 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
   // per warpgroup; each happened while the kernel was written. The line must stay absent, for
   // the chunk-64 backward's kernels (v121, v123, v125: their modules hold the forward) too.
   for (const char* variant : {"v119", "v121", "v123", "v125", "v127", "v129", "v131", "v133", "v135", "v138", "v140",
-                              "v142", "v146", "v148", "v150", "v152", "v156"}) {
+                              "v142", "v146", "v148", "v150", "v152", "v156", "v158"}) {
     const CompileOutput out = compile_with_nvrtc(scan_source(parse_op_config(std::string("variant=") + variant), 8, "sm_90a"));
     INFO(variant << "\n" << out.log);
     CHECK(out.cubin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -93,7 +93,8 @@ TEST_CASE("v119's chunk-64 forward compiles for sm_90a with no product serialize
     const std::string v(variant);
     const bool forward_only_module =
         v == "v119" || v == "v127" || v == "v129" || v == "v131" || v == "v133" || v == "v135" || v == "v138" ||
-        v == "v140" || v == "v142" || v == "v146" || v == "v148" || v == "v150" || v == "v152" || v == "v156";
+        v == "v140" || v == "v142" || v == "v146" || v == "v148" || v == "v150" || v == "v152" || v == "v156" ||
+        v == "v158";
     CHECK((out.cubin.find("m3_cp_backward64q") != std::string::npos) == !forward_only_module);
     CHECK((out.cubin.find("m3_cp_backward64kv") != std::string::npos) == (v == "v123" || v == "v125"));
     CHECK((out.cubin.find(std::string("m3_cp_backward64\0", 17)) != std::string::npos) == (v == "v125"));
@@ -562,6 +563,12 @@ TEST_CASE("v156 is v148 with the chunk-64 forward's q/k halves stored in swapped
   CHECK(resolve_kernels(parse_op_config("variant=v157"), 1).variant == "v156");
 }
 
+TEST_CASE("v158 and v159 are v148 and v154 with the lean angle kernel, nothing else", "[registry]") {
+  check_one_more_forward64_option("v148", "v158", "-DM3_CP_LEAN_ANGLES=1");
+  check_one_more_option("v154", "v159", "-DM3_CP_LEAN_ANGLES=1");
+  CHECK(resolve_kernels(parse_op_config("variant=v160"), 1).variant == "v158");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -594,7 +601,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v157) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v160) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -607,7 +614,7 @@ TEST_CASE("the waves pickers (v137 to v157) run their wide kernels from two wave
                                         Picker{"v145", "v142", "v144"}, Picker{"v147", "v146", "v103"},
                                         Picker{"v149", "v148", "v103"}, Picker{"v151", "v150", "v103"},
                                         Picker{"v153", "v152", "v103"}, Picker{"v155", "v148", "v154"},
-                                        Picker{"v157", "v156", "v154"}}) {
+                                        Picker{"v157", "v156", "v154"}, Picker{"v160", "v158", "v159"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -640,7 +647,7 @@ TEST_CASE("the waves pickers (v137 to v157) run their wide kernels from two wave
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
-                           "v150", "v152", "v154", "v156", "v8"}) {
+                           "v150", "v152", "v154", "v156", "v158", "v159", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
