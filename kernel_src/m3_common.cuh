@@ -63,14 +63,36 @@ M3_DEV void m3_wait_for_count(const int* count, int n) {
 // bandwidth when evicted. Its contents become undefined.
 M3_DEV void discard_l2_line(const void* line) { asm volatile("discard.global.L2 [%0], 128;" ::"l"(line) : "memory"); }
 
-template <int QUADS>
+// kBatch > 0 (M3_REDUCE_DEEP_LOADS: 8): that many heads' rows of dq and of dk (16 loads) leave
+// before any is added, where the unrolled loop below interleaves its adds with its loads (ptxas),
+// so that each load waits on the ones before; the sums are in head order either way.
+template <int QUADS, int kBatch = 0>
 M3_DEV void sum_heads_x4(const float4* dqh, const float4* dkh, int H, m3_bf16* dq, m3_bf16* dk) {
   float4 aq = make_float4(0.f, 0.f, 0.f, 0.f), ak = aq;
+  if (kBatch > 0) {
+    constexpr int B = kBatch > 0 ? kBatch : 1;
+    for (int h0 = 0; h0 < H; h0 += B) {
+      float4 x[B], y[B];
+#pragma unroll
+      for (int k = 0; k < B; ++k) {
+        x[k] = h0 + k < H ? __ldcg(dqh + (h0 + k) * QUADS) : aq;
+        y[k] = h0 + k < H ? __ldcg(dkh + (h0 + k) * QUADS) : aq;
+      }
+#pragma unroll
+      for (int k = 0; k < B; ++k) {
+        if (h0 + k < H) {
+          aq.x += x[k].x, aq.y += x[k].y, aq.z += x[k].z, aq.w += x[k].w;
+          ak.x += y[k].x, ak.y += y[k].y, ak.z += y[k].z, ak.w += y[k].w;
+        }
+      }
+    }
+  } else {
 #pragma unroll 8
-  for (int h = 0; h < H; ++h) {
-    const float4 x = __ldcg(dqh + h * QUADS), y = __ldcg(dkh + h * QUADS);
-    aq.x += x.x, aq.y += x.y, aq.z += x.z, aq.w += x.w;
-    ak.x += y.x, ak.y += y.y, ak.z += y.z, ak.w += y.w;
+    for (int h = 0; h < H; ++h) {
+      const float4 x = __ldcg(dqh + h * QUADS), y = __ldcg(dkh + h * QUADS);
+      aq.x += x.x, aq.y += x.y, aq.z += x.z, aq.w += x.w;
+      ak.x += y.x, ak.y += y.y, ak.z += y.z, ak.w += y.w;
+    }
   }
   const auto pack = [](float4 v) {
     return make_uint2(static_cast<unsigned>(f2bf(v.x)) | (static_cast<unsigned>(f2bf(v.y)) << 16),

@@ -69,6 +69,16 @@
 #if M3_REDUCE_INLINE_AHEAD && (!M3_REDUCE_CHUNK_READY || M3_REDUCE_DISCARD)
 #error "M3_REDUCE_INLINE_AHEAD is wired into the chunk-ready reduce without its discards"
 #endif
+// M3_REDUCE_DEEP_LOADS (v161): the reduce's tail after the backward (2 to 12 us a call, run 109)
+// with fewer round trips in a row: a partials block's warp loads up to 24 of its rows at once (c01's
+// 150 rows: one round trip a warp where unroll 4 made five), and a head-sum thread 8 heads' dq and
+// dk rows at once (sum_heads_x4). The same additions in the same order: the same bits.
+#ifndef M3_REDUCE_DEEP_LOADS
+#define M3_REDUCE_DEEP_LOADS 0
+#endif
+#if M3_REDUCE_DEEP_LOADS && !M3_REDUCE_CHUNK_READY
+#error "M3_REDUCE_DEEP_LOADS is wired into the chunk-ready reduce"
+#endif
 
 #if M3_REDUCE_WIDE
 // Block `block` of the head sums: T * N / 4 threads in all.
@@ -112,8 +122,24 @@ M3_DEV void reduce_partials_block(const M3Params& p, int h, int col_block) {
   const int c = col_block * 32 + lane;
   float acc = 0.f;
   if (c < COLS) {
+#if M3_REDUCE_DEEP_LOADS
+    constexpr int kRows = 24;
+    for (int s0 = warp; s0 < p.partial_rows; s0 += kRows * NW) {
+      float row[kRows];
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) {
+        const int s = s0 + k * NW;
+        row[k] = s < p.partial_rows ? p.ws_partial[(static_cast<long long>(s) * p.H + h) * COLS + c] : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) {
+        if (s0 + k * NW < p.partial_rows) acc += row[k];
+      }
+    }
+#else
 #pragma unroll 4
     for (int s = warp; s < p.partial_rows; s += NW) acc += p.ws_partial[(static_cast<long long>(s) * p.H + h) * COLS + c];
+#endif
   }
   warp_sums[warp][lane] = acc;
   __syncthreads();
@@ -163,7 +189,7 @@ M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
   if (j * M3_CHUNK + t_local < len) {
     const long long t = start + j * M3_CHUNK + t_local;
     const int n = 4 * (static_cast<int>(threadIdx.x) % QUADS);
-    sum_heads_x4<QUADS>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
+    sum_heads_x4<QUADS, M3_REDUCE_DEEP_LOADS ? 8 : 0>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
                         reinterpret_cast<const float4*>(p.ws_dkh + t * row + n), p.H, p.dq + t * M3_N + n,
                         p.dk + t * M3_N + n);
   }

@@ -93,7 +93,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v153", 32, 256}, OpConfig{"v154", 32, 256},
                                                 OpConfig{"v155", 32, 256}, OpConfig{"v156", 32, 256},
                                                 OpConfig{"v157", 32, 256}, OpConfig{"v158", 32, 256},
-                                                OpConfig{"v159", 32, 256}, OpConfig{"v160", 32, 256}};
+                                                OpConfig{"v159", 32, 256}, OpConfig{"v160", 32, 256},
+                                                OpConfig{"v161", 32, 256}, OpConfig{"v162", 32, 256},
+                                                OpConfig{"v163", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -143,7 +145,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v145", "v142", "v8", "v144"}, {"v147", "v146", "v8", "v103"},
                               {"v149", "v148", "v8", "v103"}, {"v151", "v150", "v8", "v103"},
                               {"v153", "v152", "v8", "v103"}, {"v155", "v148", "v8", "v154"},
-                              {"v157", "v156", "v8", "v154"}, {"v160", "v158", "v8", "v159"}};
+                              {"v157", "v156", "v8", "v154"}, {"v160", "v158", "v8", "v159"},
+                              {"v163", "v161", "v8", "v162"}};
 
 const Dispatch* dispatch_of(const OpConfig& c) {
   for (const auto& d : kDispatch) {
@@ -381,15 +384,17 @@ int seq_bucket(long long num_seqs) {
 // v156: v148 whose chunk-64 forward stores the staged q/k octets' halves in an order that meets 32
 // banks (M3_CP_F64_SWAPPED_QK); bitwise v148's.
 // v158: v148 whose angle kernel overlaps its round trips (M3_CP_LEAN_ANGLES, m3_angles_lean.cuh);
-// meant bitwise v148's. v159: v154 with the same angle kernel; meant bitwise v154's.
+// meant bitwise v148's. v159: v154 with the same angle kernel; meant bitwise v154's. v161 and
+// v162: v158 and v159 whose reduce loads more rows at once (M3_REDUCE_DEEP_LOADS); meant bitwise.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
-// v151, v153, v155, v157 and v160 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v151, v153, v155, v157, v160 and v163 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
-// v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's.
+// v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
+// v161's, or v162's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -461,6 +466,7 @@ struct VariantTraits {
   bool ds_l1 = false;               // v152
   bool f64_swapped_qk = false;      // v156
   bool lean_angles = false;         // v158
+  bool deep_reduce_loads = false;   // v161
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -563,7 +569,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v154", "v144", &VariantTraits::rows8_mxt},
                                     {"v156", "v148", &VariantTraits::f64_swapped_qk},
                                     {"v158", "v148", &VariantTraits::lean_angles},
-                                    {"v159", "v154", &VariantTraits::lean_angles}};
+                                    {"v159", "v154", &VariantTraits::lean_angles},
+                                    {"v161", "v158", &VariantTraits::deep_reduce_loads},
+                                    {"v162", "v159", &VariantTraits::deep_reduce_loads}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -771,7 +779,8 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   src.name = "m3_reduce[threads=" + std::to_string(c.threads) + (wide ? ",wide" : "") + (pdl ? ",pdl" : "") +
              (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") +
              (ready ? ",chunk_ready,C=" + std::to_string(c.chunk) : std::string()) + (discard ? ",discard" : "") +
-             (tr.inline_head_sums ? ",ahead=" + std::to_string(tr.inline_head_sums) : std::string()) + "]";
+             (tr.inline_head_sums ? ",ahead=" + std::to_string(tr.inline_head_sums) : std::string()) +
+             (tr.deep_reduce_loads ? ",deep" : "") + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
@@ -785,6 +794,7 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   }
   if (discard) src.options.push_back("-DM3_REDUCE_DISCARD=1");
   if (tr.inline_head_sums) src.options.push_back("-DM3_REDUCE_INLINE_AHEAD=" + std::to_string(tr.inline_head_sums));
+  if (tr.deep_reduce_loads) src.options.push_back("-DM3_REDUCE_DEEP_LOADS=1");
   src.arch = arch;
   return src;
 }
