@@ -75,8 +75,9 @@ M3_DEV void sum_heads_x4(const float4* dqh, const float4* dkh, int H, m3_bf16* d
       float4 x[B], y[B];
 #pragma unroll
       for (int k = 0; k < B; ++k) {
-        x[k] = h0 + k < H ? __ldcg(dqh + (h0 + k) * QUADS) : aq;
-        y[k] = h0 + k < H ? __ldcg(dkh + (h0 + k) * QUADS) : aq;
+        const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);  // past the last head: never added
+        x[k] = h0 + k < H ? __ldcg(dqh + (h0 + k) * QUADS) : none;
+        y[k] = h0 + k < H ? __ldcg(dkh + (h0 + k) * QUADS) : none;
       }
 #pragma unroll
       for (int k = 0; k < B; ++k) {
