@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run 112 (twenty-first session), first part: v158/v159 (the lean angle kernel) and v161/v162 (the
 # reduce's deeper loads) against their twins, dispatch, waves, streams and graphs; the bench of the
-# default v155 against v160 and v163. The second part is run113.sh (same machine).
+# default v155 against v160 and v163. The second part is methods/results/run113/run113.sh (same machine).
 # Carry ["scratch", ".deps"]; scratch/shared holds SPEC.md, VJP.md and cases.
 set -uo pipefail
 for f in .deps/*.deb; do dpkg -x $f /tmp/deps; done
