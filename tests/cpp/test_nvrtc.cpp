@@ -569,8 +569,10 @@ TEST_CASE("v158 and v159 are v148 and v154 with the lean angle kernel, nothing e
   CHECK(resolve_kernels(parse_op_config("variant=v160"), 1).variant == "v158");
 }
 
-TEST_CASE("v161 and v162 are v158 and v159 with the reduce's deeper loads, nothing else", "[registry]") {
-  for (const auto& pair : {std::make_pair("v158", "v161"), std::make_pair("v159", "v162")}) {
+TEST_CASE("v161, v162, v164 and v165 are v158, v159, v148 and v154 with the reduce's deeper loads, nothing else",
+          "[registry]") {
+  for (const auto& pair : {std::make_pair("v158", "v161"), std::make_pair("v159", "v162"),
+                           std::make_pair("v148", "v164"), std::make_pair("v154", "v165")}) {
     INFO(pair.second);
     const OpConfig base = parse_op_config(std::string("variant=") + pair.first);
     const OpConfig deep = parse_op_config(std::string("variant=") + pair.second);
@@ -583,6 +585,7 @@ TEST_CASE("v161 and v162 are v158 and v159 with the reduce's deeper loads, nothi
     CHECK(reduce_source(deep).name != reduce_source(base).name);
   }
   CHECK(resolve_kernels(parse_op_config("variant=v163"), 1).variant == "v161");
+  CHECK(resolve_kernels(parse_op_config("variant=v166"), 1).variant == "v164");
 }
 
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
@@ -617,7 +620,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v163) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v166) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -631,7 +634,7 @@ TEST_CASE("the waves pickers (v137 to v163) run their wide kernels from two wave
                                         Picker{"v149", "v148", "v103"}, Picker{"v151", "v150", "v103"},
                                         Picker{"v153", "v152", "v103"}, Picker{"v155", "v148", "v154"},
                                         Picker{"v157", "v156", "v154"}, Picker{"v160", "v158", "v159"},
-                                        Picker{"v163", "v161", "v162"}}) {
+                                        Picker{"v163", "v161", "v162"}, Picker{"v166", "v164", "v165"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -664,7 +667,7 @@ TEST_CASE("the waves pickers (v137 to v163) run their wide kernels from two wave
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
-                           "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v8"}) {
+                           "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
