@@ -20,8 +20,8 @@ if _python_dir not in sys.path:
 
 import mamba3_jit  # noqa: E402
 
-VERSION = "v155"
-CONFIG = {"variant": "v155", "chunk": 32, "threads": 256}
+VERSION = "v166"
+CONFIG = {"variant": "v166", "chunk": 32, "threads": 256}
 
 
 def mamba3_siso_varlen_joint_states_full_vjp(
