@@ -236,15 +236,20 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // Inside graph capture the values of cu_seqlens cannot be read back; the plan below needs only
   // shapes, and the kernels trap on inconsistent boundaries.
   const bool capturing = q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  // The cu_seqlens values travel to the host while the other arguments are checked and the
+  // forward's results allocated: the copy's round trip (about 8 us) would otherwise keep the host
+  // idle before the first launch. A copy into the operator's own buffer touches no argument; if a
+  // check below throws, the read-back waits for it as it goes.
+  c10::optional<CuSeqlensReadback> readback;
+  const bool early = !capturing && CuSeqlensReadback::can_start(cu_seqlens, q.device());
+  if (early) readback.emplace(cu_seqlens, cu_seqlens.size(0) - 1);
+  stages.mark("copy call");
   Problem pb = validate_shapes(a, /*require_cuda=*/true);
   if (states) validate_initial_states(*states, pb, q.device());
   stages.set_shape(pb.T, pb.S);
   stages.mark("checks");
-  // The cu_seqlens values travel to the host while the forward's results are allocated: the
-  // copy's round trip (about 10 us) would otherwise keep the host idle before the first launch.
-  c10::optional<CuSeqlensReadback> readback;
-  if (!capturing) readback.emplace(cu_seqlens, pb.S);
-  stages.mark("copy call");
+  // validate_shapes passed, so can_start holds unless the stream is capturing.
+  TORCH_CHECK(capturing || early, "mamba3_jit: internal error: cu_seqlens passed the checks but its read-back did not start");
   const c10::cuda::CUDAGuard guard(q.device());
   const at::Device dev = q.device();
   const int64_t T = pb.T, S = pb.S, H = pb.H, N = pb.N, P = pb.P, A = pb.A;

@@ -145,8 +145,20 @@ CuSeqlensReadback::CuSeqlensReadback(const at::Tensor& cu, int64_t S) {
   host_ = static_cast<const int32_t*>(pinned.get());
 }
 
+CuSeqlensReadback::~CuSeqlensReadback() {
+  if (!stream_ || waited_) return;
+  // Only on a path that is throwing already: an error here must not replace the first one.
+  (void)cudaStreamSynchronize(stream_->stream());
+}
+
+bool CuSeqlensReadback::can_start(const at::Tensor& cu, const at::Device& device) {
+  return cu.defined() && cu.is_cuda() && cu.device() == device && cu.scalar_type() == at::kInt && cu.dim() == 1 &&
+         cu.size(0) >= 2 && cu.is_contiguous();
+}
+
 void CuSeqlensReadback::finish(Problem& pb) {
   if (stream_) c10::cuda::stream_synchronize(stream_->stream());
+  waited_ = true;
   const int64_t S = pb.S, T = pb.T;
   pb.cu_seqlens.assign(host_, host_ + S + 1);
   TORCH_CHECK_VALUE(pb.cu_seqlens[0] == 0, "mamba3_jit: argument 'cu_seqlens' expected cu_seqlens[0] = 0, got ",

@@ -36,14 +36,27 @@ Problem validate_shapes(const std::vector<at::Tensor>& args, bool require_cuda);
 // pinned buffer (asynchronous, on the current stream), finish() waits for it, fills pb.cu_seqlens
 // and checks the boundaries, throwing c10::ValueError like validate_arguments. pb is the Problem
 // validate_shapes returned for the same arguments.
+//
+// The copy may start before validate_shapes has run, as soon as can_start(cu_seqlens) holds: the
+// other checks then run during its round trip. A read-back dropped before finish() (a check or an
+// allocation threw) waits for its copy, so that no copy still in flight can land in the pinned
+// buffer after a later call's copy.
 class CuSeqlensReadback {
  public:
   CuSeqlensReadback(const at::Tensor& cu_seqlens, int64_t S);
+  ~CuSeqlensReadback();
+  CuSeqlensReadback(const CuSeqlensReadback&) = delete;
+  CuSeqlensReadback& operator=(const CuSeqlensReadback&) = delete;
   void finish(Problem& pb);
+
+  // Whether the copy may start before the checks: a defined, contiguous CUDA int32 tensor of
+  // shape (S+1,) with S >= 1 on `device`. Anything else waits for validate_shapes' message.
+  static bool can_start(const at::Tensor& cu_seqlens, const at::Device& device);
 
  private:
   const int32_t* host_ = nullptr;
   c10::optional<c10::cuda::CUDAStream> stream_;
+  bool waited_ = false;
 };
 
 // Checks the four initial states (angle, ssm, k, v) against the problem: the dtypes, shapes and

@@ -423,6 +423,42 @@ def test_operator_rejects_bad_cuda_cu_seqlens_before_any_launch(values, fragment
         assert before is None or torch.equal(before, after)
 
 
+def test_a_bad_argument_after_the_early_read_back_launches_nothing_and_the_next_call_is_right():
+    """cu_seqlens starts its copy to the host before the other arguments are checked: a bad one
+    among those still raises before any launch and writes no input, and the read-back it dropped
+    does not disturb the next call (bitwise the results of a call before it)."""
+    good = _case([959, 300, 64], 83)
+    before = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(good))
+    bad = dict(good)
+    bad["dout"] = good["dout"].float()
+    args = case_args(bad)
+    snapshot = [a.clone() for a in args]
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with pytest.raises(TypeError, match=r"'dout' expected dtype"):
+            mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args)
+        torch.cuda.synchronize()
+    launched = [e.name for e in prof.events() if e.name.startswith("m3_")]
+    assert not launched, f"kernels launched for a bad dout: {launched}"
+    for b4, after in zip(snapshot, args):
+        assert torch.equal(b4, after)
+    again = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(good))
+    for name, x, y in zip(RESULT_NAMES, before, again):
+        assert torch.equal(x, y), name
+
+
+def test_bind_is_the_operator_with_its_config_fixed():
+    """mamba3_jit.bind(config) returns bitwise what the operator returns for that config."""
+    case = _case([959, 300, 64], 89)
+    for config in (None, {"variant": "v166", "chunk": 32, "threads": 256}, "variant=v8"):
+        bound = mamba3_jit.bind(config)(*case_args(case))
+        plain = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config=config)
+        assert len(bound) == len(plain) == 16
+        for name, x, y in zip(RESULT_NAMES, bound, plain):
+            assert torch.equal(x, y), (config, name)
+
+
 def test_wide_reductions_change_only_the_bias_sums_order():
     """v37 reduces the same partials as v35 with more threads: dq and dk keep their per-column
     order (bitwise equal), the bias and dd sums take their rows in another fixed order (equal to

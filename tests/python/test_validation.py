@@ -59,6 +59,21 @@ def test_operator_rejects_cpu_inputs_before_any_launch(case, reliability):
     reliability.record("bad_input", "CPU tensors passed to the operator")
 
 
+def test_bound_operator_checks_as_the_operator_does(case, reliability):
+    """mamba3_jit.bind fixes the config's text once; its calls are checked like the operator's."""
+    bound = mamba3_jit.bind({"variant": "v166", "chunk": 32, "threads": 256})
+    assert bound.config == "variant=v166,chunk=32,threads=256"
+    args = case_args(case)
+    snapshot = [a.clone() for a in args]
+    with pytest.raises(ValueError, match="expected a CUDA tensor"):
+        bound(*args)
+    with pytest.raises(ValueError, match="v999"):
+        mamba3_jit.bind("variant=v999")(*args)
+    for before, after in zip(snapshot, args):
+        assert torch.equal(before, after)
+    reliability.record("bad_input", "CPU tensors passed to the bound operator")
+
+
 @pytest.mark.parametrize("name", ["k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "d", "z",
                                   "dout", "dfinal_angle", "dfinal_ssm", "dfinal_k", "dfinal_v"])
 def test_shape_mismatch_names_the_argument(case, name, reliability):
