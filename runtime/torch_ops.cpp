@@ -263,15 +263,18 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   const OpConfig short_config = resolve_kernels(config, 0, waves);
   const WorkspaceLayout short_ws = workspace_layout(short_config, pb, forward_only);
   const WorkspaceLayout long_ws = workspace_layout(resolve_kernels(config, T), pb, forward_only);
+  stages.mark("plan before the wait");
   at::Tensor ws = fresh({std::max(short_ws.total(), long_ws.total())}, at::kFloat, dev);
+  stages.mark("workspace allocation");
   at::Tensor output = fresh({1, T, H, P}, at::kBFloat16, dev);
+  stages.mark("output allocation");
   at::Tensor final_angle = fresh({S, H, A}, at::kBFloat16, dev);
   at::Tensor final_ssm = fresh({S, H, P, N}, at::kFloat, dev);
   at::Tensor final_k = fresh({S, H, N}, at::kFloat, dev);
   at::Tensor final_v = fresh({S, H, P}, at::kBFloat16, dev);
   at::Tensor dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
   if (!forward_only) dz = fresh_like(z);  // written by the forward kernel
-  stages.mark("allocations");
+  stages.mark("final states and dz allocations");
   // Bad boundaries throw here: the results above go back to the allocator, nothing was launched.
   if (readback) readback->finish(pb);
   stages.mark("read-back wait");
