@@ -20,13 +20,17 @@ if _python_dir not in sys.path:
 
 import mamba3_jit  # noqa: E402
 
-VERSION = "v166"
+VERSION = "v167"
 CONFIG = {"variant": "v166", "chunk": 32, "threads": 256}
+
+
+# v166's kernels; the operator bound to the config once, so that no call turns the dict into text.
+_FWD_VJP = mamba3_jit.bind(CONFIG)
 
 
 def mamba3_siso_varlen_joint_states_full_vjp(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
         cu_seqlens, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
-    return mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(
+    return _FWD_VJP(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
-        cu_seqlens, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, config=CONFIG)
+        cu_seqlens, dout, dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v)

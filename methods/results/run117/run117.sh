@@ -15,3 +15,5 @@ for c in c00 c01 c00; do
   python3 methods/results/run116/stages.py summarize /tmp/trace_$c.log
 done
 echo "done $(( $(date +%s)-t0 ))s"
+# v167 (v166's kernels through mamba3_jit.bind) is methods/main's solver on this commit: its selfcheck.
+timeout 150 python3 tools/selfcheck.py > $OUT/selfcheck.log 2>&1; echo "selfcheck rc=$? $(( $(date +%s)-t0 ))s"; tail -10 $OUT/selfcheck.log
