@@ -237,9 +237,9 @@ std::vector<at::Tensor> run_fwd_vjp(const std::vector<at::Tensor>& a, const std:
   // shapes, and the kernels trap on inconsistent boundaries.
   const bool capturing = q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   // The cu_seqlens values travel to the host while the other arguments are checked and the
-  // forward's results allocated: the copy's round trip (about 8 us) would otherwise keep the host
-  // idle before the first launch. A copy into the operator's own buffer touches no argument; if a
-  // check below throws, the read-back waits for it as it goes.
+  // forward's results allocated, so that the wait after them finds the copy arrived (run 116: the
+  // wait is then the synchronize call's own 2 us). A copy into the operator's own buffer touches
+  // no argument; if a check below throws, the read-back waits for it as it goes.
   c10::optional<CuSeqlensReadback> readback;
   const bool early = !capturing && CuSeqlensReadback::can_start(cu_seqlens, q.device());
   if (early) readback.emplace(cu_seqlens, cu_seqlens.size(0) - 1);
