@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Union
 
-import torch
-
 from . import _native
 from .training import mamba3_siso
 
@@ -27,25 +25,11 @@ def config_string(config: ConfigLike) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
 
-_overloads: dict = {}
-
-
-def _overload(name: str):
-    """The native op `name`'s one overload, resolved once. Calling it directly skips the op
-    packet's overload resolution, about 2 us of every call's host time, which the GPU spends idle
-    before the first launch."""
-    op = _overloads.get(name)
-    if op is None:
-        _native.load()
-        op = _overloads[name] = getattr(torch.ops.mamba3_jit, name).default
-    return op
-
-
 def mamba3_siso_varlen_joint_states_full_vjp(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, *, config: ConfigLike = None):
     """Forward and full VJP in one call; returns the 16 tensors of SPEC section 1, in order."""
-    return tuple(_overload("fwd_vjp")(
+    return tuple(_native.op("fwd_vjp")(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, config_string(config)))
 
@@ -57,7 +41,7 @@ def bind(config: ConfigLike = None):
 
     def fwd_vjp(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
                 dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v):
-        return tuple(_overload("fwd_vjp")(
+        return tuple(_native.op("fwd_vjp")(
             q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
             dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, text))
 
@@ -72,20 +56,17 @@ def fwd_vjp_with_states(
     ssm (S,H,P,N) fp32, k (S,H,N) fp32, v (S,H,P) bf16), e.g. a previous call's final states.
     Returns the 16 results followed by the gradients of the 4 initial states. Kernel variant v6,
     checked against the float64 truth with states in tests/python/test_initial_states_gpu.py."""
-    _native.load()
     angle0, ssm0, k0, v0 = initial_states
-    return tuple(torch.ops.mamba3_jit.fwd_vjp_states(
+    return tuple(_native.op("fwd_vjp_states")(
         q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z, cu_seqlens, dout,
         dfinal_angle, dfinal_ssm, dfinal_k, dfinal_v, angle0, ssm0, k0, v0, config_string(config)))
 
 
 def validate(*args, require_cuda: bool = True) -> None:
     """Runs only the argument checks of the operator (no GPU needed with require_cuda=False)."""
-    _native.load()
-    torch.ops.mamba3_jit.validate(*args, require_cuda)
+    _native.op("validate")(*args, require_cuda)
 
 
 def specializations(arch: str = "") -> list:
     """Names of every kernel specialisation the dispatcher can request."""
-    _native.load()
-    return list(torch.ops.mamba3_jit.specializations(arch))
+    return list(_native.op("specializations")(arch))

@@ -36,8 +36,7 @@ _STATE_DTYPES = (torch.bfloat16, torch.float32, torch.float32, torch.bfloat16)
 def _native_op(name: str):
     """The one place the custom ops reach the native library through, loading it on first use
     (and the seam where the CPU tests put the float64 reference in the kernels' place)."""
-    _native.load()
-    return getattr(torch.ops.mamba3_jit, name)
+    return _native.op(name)
 
 
 def _state_shapes(v: Tensor, q: Tensor, angles: Tensor, num_seqs: int):

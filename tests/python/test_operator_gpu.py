@@ -396,6 +396,25 @@ def test_row_major_forward_state_changes_only_the_outputs_rounding(seq_lens, see
             assert torch.equal(a, b), f"{name} differs between v89 and v115"
 
 
+def _raises_before_any_launch(exc, pattern, case, variant):
+    """Calls the operator on `case` expecting `exc` matching `pattern`: no m3_ kernel may launch
+    (the profiler sees none) and no input may change. Returns pytest's exception info."""
+    args = case_args(case)
+    snapshot = [a.clone() if a is not None else None for a in args]
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with pytest.raises(exc, match=pattern) as info:
+            mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(
+                *args, config=None if variant is None else {"variant": variant})
+        torch.cuda.synchronize()
+    launched = [e.name for e in prof.events() if e.name.startswith("m3_")]
+    assert not launched, f"kernels launched for a call that raised {exc.__name__}: {launched}"
+    for before, after in zip(snapshot, args):
+        assert before is None or torch.equal(before, after)
+    return info
+
+
 @pytest.mark.parametrize("values,fragment", [
     ([1, 959, 1259, 1323], "cu_seqlens[0] = 0"),
     ([0, 959, 900, 1323], "must not decrease"),
@@ -407,20 +426,9 @@ def test_operator_rejects_bad_cuda_cu_seqlens_before_any_launch(values, fragment
     output-to-be is written."""
     case = make_case([959, 300, 64], seed=79, device="cuda")
     case["cu_seqlens"] = torch.tensor(values, dtype=torch.int32, device="cuda")
-    args = case_args(case)
-    snapshot = [a.clone() if a is not None else None for a in args]
     _run(make_case([5, 3], seed=1, device="cuda"), "v34")  # kernels loaded outside the profile
-    torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        with pytest.raises(ValueError, match=r"'cu_seqlens'") as info:
-            _run(case, "v34")
-        torch.cuda.synchronize()
+    info = _raises_before_any_launch(ValueError, r"'cu_seqlens'", case, "v34")
     assert fragment in str(info.value)
-    launched = [e.name for e in prof.events() if e.name.startswith("m3_")]
-    assert not launched, f"kernels launched for bad cu_seqlens: {launched}"
-    for before, after in zip(snapshot, args):
-        assert before is None or torch.equal(before, after)
 
 
 def test_a_bad_argument_after_the_early_read_back_launches_nothing_and_the_next_call_is_right():
@@ -431,18 +439,7 @@ def test_a_bad_argument_after_the_early_read_back_launches_nothing_and_the_next_
     before = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(good))
     bad = dict(good)
     bad["dout"] = good["dout"].float()
-    args = case_args(bad)
-    snapshot = [a.clone() for a in args]
-    torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        with pytest.raises(TypeError, match=r"'dout' expected dtype"):
-            mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*args)
-        torch.cuda.synchronize()
-    launched = [e.name for e in prof.events() if e.name.startswith("m3_")]
-    assert not launched, f"kernels launched for a bad dout: {launched}"
-    for b4, after in zip(snapshot, args):
-        assert torch.equal(b4, after)
+    _raises_before_any_launch(TypeError, r"'dout' expected dtype", bad, None)
     again = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(good))
     for name, x, y in zip(RESULT_NAMES, before, again):
         assert torch.equal(x, y), name
