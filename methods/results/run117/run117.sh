@@ -9,6 +9,16 @@ export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:
 export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
 t0=$(date +%s)
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
+# The GPU tests of the default and of the last session's changes (the early read-back, bind, the
+# 'raises before any launch' helper), which had not run on a GPU on the final commit.
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py tests/python/test_validation.py \
+  tests/python/test_long_gpu.py tests/python/test_training.py tests/python/test_training_states.py tests/python/test_tools.py \
+  tests/python/test_initial_states_gpu.py tests/python/test_reference.py \
+  -k "(v166 or early_read_back or bind or rejects or current_stream or not operator_gpu) and not slow" > $OUT/tests.log 2>&1
+echo "tests rc=$? $(( $(date +%s)-t0 ))s"; tail -2 $OUT/tests.log
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/python/test_streams_graphs_gpu.py \
+  -k "v164 or v165 or jit_inside or memory" > $OUT/tests_streams.log 2>&1
+echo "tests streams rc=$? $(( $(date +%s)-t0 ))s"; tail -2 $OUT/tests_streams.log
 for c in c00 c01 c00; do
   MAMBA3_JIT_LOG_LEVEL=trace timeout 90 python3 methods/results/run116/stages.py run methods/versions/v167/solver.py $c \
     2> /tmp/trace_$c.log
