@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -149,11 +150,18 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v157", "v156", "v8", "v154"}, {"v160", "v158", "v8", "v159"},
                               {"v163", "v161", "v8", "v162"}, {"v166", "v164", "v8", "v165"}};
 
+// A call asks about twenty questions of three or four variants before its first launch. With this
+// table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
+// time a call, 0.43 us a question, on the development CPU; indexed by name once, 0.5 us a call
+// (methods/results/run118/registry_bench.cpp).
 const Dispatch* dispatch_of(const OpConfig& c) {
-  for (const auto& d : kDispatch) {
-    if (c.variant == d.variant) return &d;
-  }
-  return nullptr;
+  static const std::unordered_map<std::string, const Dispatch*> index = [] {
+    std::unordered_map<std::string, const Dispatch*> m;
+    for (const auto& d : kDispatch) m.emplace(d.variant, &d);
+    return m;
+  }();
+  const auto it = index.find(c.variant);
+  return it == index.end() ? nullptr : it->second;
 }
 bool dispatch_only(const OpConfig& c) { return dispatch_of(c) != nullptr; }
 
@@ -166,8 +174,8 @@ std::vector<std::string> dims_options(const OpConfig& c) {
 // Every call's dispatch asks several of the questions below; a scan of known_configs() by name
 // for each would cost microseconds of host time per call, so the configurations are indexed once.
 const OpConfig* known_config(const std::string& variant) {
-  static const std::map<std::string, const OpConfig*> index = [] {
-    std::map<std::string, const OpConfig*> m;
+  static const std::unordered_map<std::string, const OpConfig*> index = [] {
+    std::unordered_map<std::string, const OpConfig*> m;
     for (const auto& k : known_configs()) m.emplace(k.variant, &k);
     return m;
   }();
@@ -593,26 +601,31 @@ static VariantTraits compute_traits(const OpConfig& c) {
 // compute_traits walks the chain of derived variants by name, about 5 us for a recent variant
 // (measured on the CPU), and a call asks for the traits several times: each known variant's are
 // worked out once. The traits depend on the variant's name only.
-VariantTraits traits(const OpConfig& c) {
-  static const std::map<std::string, VariantTraits> table = [] {
-    std::map<std::string, VariantTraits> m;
+const VariantTraits* known_traits(const std::string& variant) {
+  static const std::unordered_map<std::string, VariantTraits> table = [] {
+    std::unordered_map<std::string, VariantTraits> m;
     for (const auto& k : known_configs()) m.emplace(k.variant, compute_traits(k));
     return m;
   }();
-  const auto it = table.find(c.variant);
-  return it != table.end() ? it->second : compute_traits(c);
+  const auto it = table.find(variant);
+  return it == table.end() ? nullptr : &it->second;
+}
+VariantTraits traits(const OpConfig& c) {
+  const VariantTraits* known = known_traits(c.variant);
+  return known != nullptr ? *known : compute_traits(c);
 }
 int smem_pad(const OpConfig& c) { return traits(c).pad; }
 
 namespace {
 // The traits of a configuration that has kernels of its own.
-VariantTraits kernel_traits(const OpConfig& c) {
+// By reference: the per-call questions below copy nothing.
+const VariantTraits& kernel_traits(const OpConfig& c) {
   require_known(c);
   if (dispatch_only(c)) {
     throw std::invalid_argument("mamba3_jit: variant " + c.variant +
                                 " has no kernels of its own; call resolve_kernels() first");
   }
-  return traits(c);
+  return *known_traits(c.variant);  // known: require_known passed
 }
 }  // namespace
 
@@ -658,7 +671,7 @@ double forward64_waves_of(const OpConfig& c, int64_t jobs, unsigned resident) {
 }
 
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
-  const VariantTraits tr = kernel_traits(c);
+  const VariantTraits& tr = kernel_traits(c);
   const std::string file = tr.chunk_parallel ? "m3_chunk_parallel" : "m3_chunk_scan";
   KernelSource src;
   src.name = file + "[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
@@ -739,11 +752,11 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
 bool uses_wide_reductions(const OpConfig& c) { return kernel_traits(c).wide_reductions; }
 bool uses_programmatic_launch(const OpConfig& c) { return kernel_traits(c).programmatic_launch; }
 bool uses_persistent_forward(const OpConfig& c) {
-  const VariantTraits tr = kernel_traits(c);
+  const VariantTraits& tr = kernel_traits(c);
   return tr.persistent || tr.late_tickets > 0;
 }
 bool uses_persistent_backward(const OpConfig& c) {
-  const VariantTraits tr = kernel_traits(c);
+  const VariantTraits& tr = kernel_traits(c);
   return tr.persistent || tr.late_tickets == 2;
 }
 bool uses_fused_head_sums(const OpConfig& c) { return kernel_traits(c).fused_heads; }
@@ -756,7 +769,7 @@ bool uses_backward64q(const OpConfig& c) { return kernel_traits(c).backward64q; 
 bool uses_backward64kv(const OpConfig& c) { return kernel_traits(c).backward64kv; }
 bool uses_backward64(const OpConfig& c) { return kernel_traits(c).backward64; }
 unsigned head_cluster_size(const OpConfig& c, int64_t heads) {
-  const VariantTraits tr = kernel_traits(c);
+  const VariantTraits& tr = kernel_traits(c);
   if (!tr.head_clusters) return 1;
   // The largest power of two up to the variant's size that divides H: every cluster then holds
   // heads of one chunk. (H = 1 runs clusters of one CTA: the same code, no partner.)
@@ -776,7 +789,7 @@ unsigned angle_cluster_size(const OpConfig& c, int64_t longest_sequence) {
 }
 
 KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
-  const VariantTraits tr = kernel_traits(c);
+  const VariantTraits& tr = kernel_traits(c);
   const bool wide = tr.wide_reductions, pdl = tr.programmatic_launch, parts = tr.head_clusters;
   const bool one = tr.one_reduce_launch, ready = tr.overlapped_reduce, discard = tr.reduce_discard;
   KernelSource src;
