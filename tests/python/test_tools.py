@@ -190,6 +190,28 @@ def test_bench_runs_on_cpu(panel, tmp_path, capsys):
     assert "geomean speedup" in capsys.readouterr().out
 
 
+def test_bench_pins_itself_to_the_core_asked_and_refuses_one_it_may_not_use(panel, tmp_path):
+    import os
+    from tools import bench
+
+    cases, paths = panel
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    out = tmp_path / "bench.json"
+    try:
+        rc = bench.main(["--device", "cpu", "--cases", str(cases), "--solver", str(paths["good"]),
+                         "--warmup", "1", "--iters", "1", "--no-baseline", "--pin-cpu", str(core),
+                         "--json", str(out)])
+        assert rc == 0
+        assert os.sched_getaffinity(0) == {core}
+        assert json.loads(out.read_text())["meta"]["pinned_cpu"] == core
+    finally:
+        os.sched_setaffinity(0, before)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--pin-cpu", str(max(before) + 4096)])
+    assert os.sched_getaffinity(0) == before
+
+
 def test_bench_solver_labels():
     from tools import bench
 
