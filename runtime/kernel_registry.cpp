@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "../kernel_src/m3_params.cuh"
 #include "logging.h"
@@ -153,7 +153,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
 // time a call, 0.43 us a question, on the development CPU; indexed by name once, 0.5 us a call
-// (methods/results/run118/registry_bench.cpp).
+// (methods/results/run118/registry_bench.cpp). The device's host ran the old scan fast enough that
+// the call's latency did not move measurably (run 121).
 const Dispatch* dispatch_of(const OpConfig& c) {
   static const std::unordered_map<std::string, const Dispatch*> index = [] {
     std::unordered_map<std::string, const Dispatch*> m;
@@ -601,7 +602,7 @@ static VariantTraits compute_traits(const OpConfig& c) {
 // compute_traits walks the chain of derived variants by name, about 5 us for a recent variant
 // (measured on the CPU), and a call asks for the traits several times: each known variant's are
 // worked out once. The traits depend on the variant's name only.
-const VariantTraits* known_traits(const std::string& variant) {
+static const VariantTraits* known_traits(const std::string& variant) {
   static const std::unordered_map<std::string, VariantTraits> table = [] {
     std::unordered_map<std::string, VariantTraits> m;
     for (const auto& k : known_configs()) m.emplace(k.variant, compute_traits(k));
