@@ -1,6 +1,7 @@
 """The self-check and bench tools, exercised on the CPU with small stand-in solvers."""
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -191,7 +192,6 @@ def test_bench_runs_on_cpu(panel, tmp_path, capsys):
 
 
 def test_bench_pins_itself_to_the_core_asked_and_refuses_one_it_may_not_use(panel, tmp_path):
-    import os
     from tools import bench
 
     cases, paths = panel
