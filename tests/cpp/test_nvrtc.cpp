@@ -241,7 +241,10 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   CHECK(shape.find("variant v104 runs with chunk=32, threads=256 only") != std::string::npos);
   const std::string unknown = message("variant=v9999");
   CHECK(unknown.find("unknown variant 'v9999'") != std::string::npos);
-  CHECK(std::regex_search(unknown, std::regex("known variants: v1 to v[0-9]+ \\(with chunk=32, threads=256\\)$")));
+  // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
+  CHECK(std::regex_search(
+      unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
+  CHECK(unknown.find("v1 to v166, v168 to v170") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -588,6 +591,22 @@ TEST_CASE("v161, v162, v164 and v165 are v158, v159, v148 and v154 with the redu
   CHECK(resolve_kernels(parse_op_config("variant=v166"), 1).variant == "v164");
 }
 
+TEST_CASE("v168 and v169 are v164 and v165 with sincosf's large-angle path out of line, nothing else", "[registry]") {
+  check_one_more_forward64_option("v164", "v168", "-DM3_SINCOS_OUTLINE=1");
+  check_one_more_option("v165", "v169", "-DM3_SINCOS_OUTLINE=1");
+  for (const auto& pair : {std::make_pair("v164", "v168"), std::make_pair("v165", "v169")}) {
+    INFO(pair.second);
+    const OpConfig base = parse_op_config(std::string("variant=") + pair.first);
+    const OpConfig outlined = parse_op_config(std::string("variant=") + pair.second);
+    // Same reduce (same key: one cache entry for both), same layouts.
+    CHECK(reduce_source(outlined).name == reduce_source(base).name);
+    CHECK(reduce_source(outlined).options == reduce_source(base).options);
+    CHECK(backward_smem_bytes(outlined) == backward_smem_bytes(base));
+    CHECK(forward_smem_bytes(outlined) == forward_smem_bytes(base));
+  }
+  CHECK(resolve_kernels(parse_op_config("variant=v170"), 1).variant == "v168");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -620,7 +639,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v166) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v170) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -634,7 +653,8 @@ TEST_CASE("the waves pickers (v137 to v166) run their wide kernels from two wave
                                         Picker{"v149", "v148", "v103"}, Picker{"v151", "v150", "v103"},
                                         Picker{"v153", "v152", "v103"}, Picker{"v155", "v148", "v154"},
                                         Picker{"v157", "v156", "v154"}, Picker{"v160", "v158", "v159"},
-                                        Picker{"v163", "v161", "v162"}, Picker{"v166", "v164", "v165"}}) {
+                                        Picker{"v163", "v161", "v162"}, Picker{"v166", "v164", "v165"},
+                                        Picker{"v170", "v168", "v169"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -667,7 +687,8 @@ TEST_CASE("the waves pickers (v137 to v166) run their wide kernels from two wave
   CHECK_FALSE(uses_forward64(parse_op_config("variant=v103")));
   // No other variant picks by waves, and none of them is moved by a count.
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
-                           "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v8"}) {
+                           "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
+                           "v169", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
