@@ -5,10 +5,7 @@
 # the bench of v167 (v166's kernels) beside v170, both through bind, three interleaved passes, the
 # timing process pinned; then the selfcheck of v170's solver. Carry ["scratch", ".deps"].
 set -uo pipefail
-[ -d /tmp/deps ] || for f in .deps/*.deb; do dpkg -x $f /tmp/deps; done
-export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:${CMAKE_PREFIX_PATH:-}
-export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
-t0=$(date +%s)
+source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
   tests/python/test_streams_graphs_gpu.py -k "v168 or v169 or v170" > $OUT/tests.log 2>&1

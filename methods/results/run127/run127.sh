@@ -4,10 +4,7 @@
 # reference; the bind test, which now names v170) and the selfcheck of methods/main.
 # Carry ["scratch", ".deps"].
 set -uo pipefail
-[ -d /tmp/deps ] || for f in .deps/*.deb; do dpkg -x $f /tmp/deps; done
-export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:${CMAKE_PREFIX_PATH:-}
-export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
-t0=$(date +%s)
+source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_long_gpu.py tests/python/test_training.py \
   tests/python/test_training_states.py tests/python/test_validation.py tests/python/test_tools.py \
