@@ -5,8 +5,8 @@
 # every chunk-parallel kernel of a call): per-kernel profile, every visible case, no baseline, the
 # timing process pinned. Results are wrong in the ablated builds: timing only. The JSON and logs
 # travel in one archive (only a few files come back from a device run); summary.txt has each
-# configuration's m3_cp_backward time and latency per case.
-# Usage: bash methods/results/run122/ablate.sh DIFF ARCHIVE NAME=OPTIONS [NAME=OPTIONS ...]
+# configuration's time of one kernel (ABLATE_KERNEL, m3_cp_backward unless set) and latency per case.
+# Usage: [ABLATE_KERNEL=NAME] bash methods/results/run122/ablate.sh DIFF ARCHIVE NAME=OPTIONS [NAME=OPTIONS ...]
 set -uo pipefail
 diff=$1 archive=$2
 shift 2
@@ -23,17 +23,17 @@ for spec in "$@"; do
   echo "$name rc=$? $(( $(date +%s)-t0 ))s"
 done
 tar czf "$OUT/$archive" -C /tmp/r .
-python3 - /tmp/r "${names[@]}" <<'PY' | tee $OUT/summary.txt
+python3 - /tmp/r "${ABLATE_KERNEL:-m3_cp_backward}" "${names[@]}" <<'PY' | tee $OUT/summary.txt
 import json, sys
-names = sys.argv[2:]
+kernel, names = sys.argv[2], sys.argv[3:]
 runs = {n: json.load(open(f"{sys.argv[1]}/bench_{n}.json")) for n in names}
-print("m3_cp_backward (us) per case, latency (us) in brackets")
+print(f"{kernel} (us) per case, latency (us) in brackets")
 print("case  T    " + "".join(f"{n:>18}" for n in names))
 for i, case in enumerate(runs[names[0]]["cases"]):
     row = f"{case['name']} {case['T']:5d}"
     for n in names:
         c = runs[n]["cases"][i]
-        k = c["kernels"].get("m3_cp_backward", {}).get("us_per_iter", float("nan"))
+        k = c["kernels"].get(kernel, {}).get("us_per_iter", float("nan"))
         row += f"  {k:7.1f} [{c['latency_ms'] * 1e3:6.1f}]"
     print(row)
 PY
