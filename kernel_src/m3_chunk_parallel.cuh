@@ -64,6 +64,18 @@
 // the tail has anyway. Unlike v39's programmatic launches, whose CTAs waited for the whole grid,
 // the reduce's CTAs have work as soon as they are resident. Run 74: only c00 gained (-5.5% busy
 // span); on c01 the reduce's HBM reads made the backward's tail 36 us longer.
+// M3_CP_BACKWARD_TABLE_JOB (v171): the backward takes its sequence's start, length and first chunk
+// from the ticket table entry its ticket already read (M3_CP_RICH_SCHEDULE), as the forward does,
+// instead of reading cu_seqlens and summing the chunks of the sequences before its own after the
+// ticket's barrier: one dependent round trip and a loop fewer before a job's first staging load.
+// Run 125 put the job's fixed part (ticket, flags, head count) at 11 to 15% of the backward; v63
+// left the backward on cu_seqlens because the table cost it spill stores (76 -> 128 bytes then).
+#ifndef M3_CP_BACKWARD_TABLE_JOB
+#define M3_CP_BACKWARD_TABLE_JOB 0
+#endif
+#if M3_CP_BACKWARD_TABLE_JOB && !M3_CP_RICH_SCHEDULE
+#error "M3_CP_BACKWARD_TABLE_JOB reads the rich schedule's table"
+#endif
 #ifndef M3_CP_OVERLAPPED_REDUCE
 #define M3_CP_OVERLAPPED_REDUCE 0
 #endif
@@ -1163,7 +1175,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     return;
   }
 #endif
-  const SeqHead sh = job_seq_head<false>(p, job);
+  const SeqHead sh = job_seq_head<M3_CP_BACKWARD_TABLE_JOB != 0>(p, job);
   const int chunks = (sh.len + C - 1) / C;
   const int j = chunks - 1 - job.round;
   const int a = j * C, len = min(C, sh.len - a);
