@@ -55,7 +55,7 @@ M3_DEV float chunk_angle_total(const ChunkAngleRows& r, float (*products)[A + 4]
     for (int e = 0; e < 8; ++e) {
       // Element e of the quarter: the low half of word e / 2 first (little-endian bf16 pairs).
       const unsigned bits = (e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16);
-      y[e] = kM3Pi * tanhf(__uint_as_float(bits));
+      y[e] = kM3Pi * m3_tanhf(__uint_as_float(bits));
     }
     float4* dst = reinterpret_cast<float4*>(&products[t][8 * quarter]);
     dst[0] = make_float4(y[0], y[1], y[2], y[3]);

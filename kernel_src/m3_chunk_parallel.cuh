@@ -746,7 +746,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       for (int e = 0; e < 8; ++e) {
         // Element e of the quarter: the low half of word e / 2 first (little-endian bf16 pairs).
         const unsigned bits = (e & 1) ? (w[e >> 1] & 0xffff0000u) : (w[e >> 1] << 16);
-        y[e] = kM3Pi * tanhf(__uint_as_float(bits));
+        y[e] = kM3Pi * m3_tanhf(__uint_as_float(bits));
       }
       float4* dst = reinterpret_cast<float4*>(&products[warp][t][8 * quarter]);
       dst[0] = make_float4(y[0], y[1], y[2], y[3]);
@@ -784,7 +784,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       const int j = j0 + b * NW;
       float total = 0.f;
 #pragma unroll
-      for (int t = 0; t < C; ++t) total += (kM3Pi * tanhf(bf2f(raw[b][t]))) * dts[b][t];
+      for (int t = 0; t < C; ++t) total += (kM3Pi * m3_tanhf(bf2f(raw[b][t]))) * dts[b][t];
       if (j < chunks) p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
     }
   }
@@ -802,7 +802,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     }
     float total = 0.f;
 #pragma unroll
-    for (int t = 0; t < C; ++t) total += (kM3Pi * tanhf(bf2f(raw[t]))) * dts[t];
+    for (int t = 0; t < C; ++t) total += (kM3Pi * m3_tanhf(bf2f(raw[t]))) * dts[t];
     p.ws_phi[(static_cast<long long>(sh.chunk_base + j) * H + h) * A + lane] = total;
   }
 #endif

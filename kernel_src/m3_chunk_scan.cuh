@@ -874,7 +874,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int e = tid + it * NT, t = e / A;
-      const float th = t < len ? kM3Pi * tanhf(bf2f(raw[it])) : 0.f;
+      const float th = t < len ? kM3Pi * m3_tanhf(bf2f(raw[it])) : 0.f;
       s.th[angle_index(e, t)] = th;
       s.phi[angle_index(e, t)] = th * s.vv(kVecDt)[t];
     }
@@ -885,7 +885,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
     float th = 0.f;
     if (t < len) {
       const int tg = sh.start + a + t;
-      th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
+      th = kM3Pi * m3_tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
     }
     s.th[angle_index(e, t)] = th;
     s.phi[angle_index(e, t)] = th * s.vv(kVecDt)[t];
@@ -935,7 +935,7 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
       float th = 0.f;
       if (t < len) {
         const int tg = sh.start + a + t;
-        th = kM3Pi * tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
+        th = kM3Pi * m3_tanhf(bf2f(p.angles[(static_cast<long long>(tg) * H + sh.h) * A + i]));
         run = fmaf(th, s.vv(kVecDt)[t], run);
       }
       s.th[t * LDA + i] = th;
@@ -947,8 +947,8 @@ M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int
   if (tid < C) {
     const int t = tid;
     const float* cl = s.vv(kVecCl);
-    s.vv(kVecE)[t] = expf(cl[t]);
-    s.vv(kVecWb)[t] = (t < len) ? expf(cl[len - 1] - cl[t]) : 0.f;
+    s.vv(kVecE)[t] = m3_decay_expf(cl[t]);
+    s.vv(kVecWb)[t] = (t < len) ? m3_decay_expf(cl[len - 1] - cl[t]) : 0.f;
   }
 #if M3_VECTOR_IO
   // q/k rows: 16 lanes per token, 8 consecutive columns (4 rotary pairs) per lane.
@@ -1125,7 +1125,7 @@ M3_DEV void build_mixing(Smem& s, int len) {
   const float* cl = s.vv(kVecCl);
   const float* sc = s.vv(kVecSc);
   tile.for_each([&](int r, int c, float acc) {
-    s.m[M3_MX_ROW(r) + c] = (c <= r && r < len) ? expf(cl[r] - cl[c]) * sc[c] * acc : 0.f;
+    s.m[M3_MX_ROW(r) + c] = (c <= r && r < len) ? m3_decay_expf(cl[r] - cl[c]) * sc[c] * acc : 0.f;
   });
   __syncthreads();
 }
@@ -1558,7 +1558,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
       for (int e = tid; e < P * N; e += NT) s.st[(e / N) * LDN + (e % N)] = 0.f;
     }
     stage_bf16_rows<C, P>(s.raw + RawTiles::kDout, s.raw + RawTiles::kZ, P, p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
-                          [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+                          [](float dout, float zz) { return dout * zz * m3_dy_sigmoidf(zz); });
   }
 #elif M3_VECTOR_IO
 #if M3_CP_GLOBAL_STATES
@@ -1572,12 +1572,12 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
 #endif
 #if M3_CP_EARLY_LOADS >= 3
     store_bf16_words(early.dout, early.z, p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
-                     [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+                     [](float dout, float zz) { return dout * zz * m3_dy_sigmoidf(zz); });
 #else
     const long long row0 = (static_cast<long long>(sh.start + a) * H + sh.h) * P;
     stage_bf16_rows<C, P>(p.dout ? p.dout + row0 : p.z + row0, p.z + row0, static_cast<long long>(H) * P,
                           p.dout ? len : 0, s.dy, LDVY M3_SKEW_ARG(kVySkew),
-                          [](float dout, float zz) { return dout * zz * sigmoidf(zz); });
+                          [](float dout, float zz) { return dout * zz * m3_dy_sigmoidf(zz); });
 #endif
   }
 #else
@@ -1588,7 +1588,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
       if (t < len) {
         const long long idx = (static_cast<long long>(sh.start + a + t) * H + sh.h) * P + c;
         const float zz = bf2f(p.z[idx]);
-        val = p.dout ? bf2f(p.dout[idx]) * zz * sigmoidf(zz) : 0.f;
+        val = p.dout ? bf2f(p.dout[idx]) * zz * m3_dy_sigmoidf(zz) : 0.f;
       }
       s.dy[M3_VY_ROW(t) + c] = val;
     }
@@ -1646,7 +1646,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     dm.row_sums(part + kPartRowG, g_of);
     dm.col_sums(part + kPartColG, g_of);
     dm.for_each([&](int r, int c, float acc) {
-      s.x[M3_MX_ROW(r) + c] = (c <= r && r < len) ? acc * expf(cl[r] - cl[c]) : 0.f;
+      s.x[M3_MX_ROW(r) + c] = (c <= r && r < len) ? acc * m3_decay_expf(cl[r] - cl[c]) : 0.f;
     });
 #else
     dm.for_each([&](int r, int c, float acc) {
@@ -1698,7 +1698,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
   __syncthreads();
   for (int el = tid; el < C * C; el += NT) {
     const int r = el / C, c = el % C;
-    if (c <= r && r < len) s.x[M3_MX_ROW(r) + c] *= expf(cl[r] - cl[c]);
+    if (c <= r && r < len) s.x[M3_MX_ROW(r) + c] *= m3_decay_expf(cl[r] - cl[c]);
   }
 #endif
   // dv: the state part first, kept in t1 for x[s] = v[s] . (state part).

@@ -162,13 +162,13 @@ M3_DEV void token_scalars(const M3Params& p, const Job64& job, const Tiles& s, i
   }
   const float cl = warp_inclusive_scan(adt);
   const float cl_last = __shfl_sync(0xffffffffu, cl, max(half_len - 1, 0));
-  const float e = expf(cl);
+  const float e = m3_decay_expf(cl);
   s.vec(kCl)[t] = cl;
   s.vec(kE)[t] = e;
-  s.vec(kWb)[t] = lane < half_len ? expf(cl_last - cl) : 0.f;
+  s.vec(kWb)[t] = lane < half_len ? m3_decay_expf(cl_last - cl) : 0.f;
   s.vec(kSc)[t] = dt * pt + gam;
   s.vec(kGam)[t] = gam;
-  if (lane == 0) s.scalars()[kAlpha0 + half] = half_len > 0 ? expf(cl_last) : 1.f;
+  if (lane == 0) s.scalars()[kAlpha0 + half] = half_len > 0 ? m3_decay_expf(cl_last) : 1.f;
 }
 
 // The angle sums phi[t][i] of the job's tokens into the angle tile: warp w scans angle indices
@@ -190,7 +190,7 @@ M3_DEV void angle_sums(const M3Params& p, const Job64& job, const Tiles& s, int 
   float x[8];
   unpack_bf16x8(raw, x);
 #pragma unroll
-  for (int u = 0; u < 8; ++u) x[u] = live ? (kM3Pi * tanhf(x[u])) * dt : 0.f;
+  for (int u = 0; u < 8; ++u) x[u] = live ? (kM3Pi * m3_tanhf(x[u])) * dt : 0.f;
   warp_inclusive_scan_n<8>(x);
   // The carry of the half's chunk; a half past the job's end has no chunk (nor slot) of its own.
   float carry[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -233,7 +233,7 @@ M3_DEV void angle_sums_from(const Smem64& s, int len, const AngleInputs& in) {
   float x[8];
   unpack_bf16x8(in.raw, x);
 #pragma unroll
-  for (int u = 0; u < 8; ++u) x[u] = live ? (kM3Pi * tanhf(x[u])) * in.dt : 0.f;
+  for (int u = 0; u < 8; ++u) x[u] = live ? (kM3Pi * m3_tanhf(x[u])) * in.dt : 0.f;
   warp_inclusive_scan_n<8>(x);
   float* row = s.phi() + t * kPhiStride + i0;
   *reinterpret_cast<float4*>(row) = make_float4(live ? x[0] + in.carry[0] : 0.f, live ? x[1] + in.carry[1] : 0.f,
@@ -662,7 +662,7 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int sk = sc + e;
-          m2[e] = (sk <= t && t < len) ? expf(cl[t] - cl[sk]) * sacc[4 * jb + 2 * hh + e] : 0.f;
+          m2[e] = (sk <= t && t < len) ? m3_decay_expf(cl[t] - cl[sk]) * sacc[4 * jb + 2 * hh + e] : 0.f;
         }
         *reinterpret_cast<float2*>(s.m() + m3wg::sw128_index(kJob, t, sc)) = make_float2(m2[0], m2[1]);
       }
