@@ -1219,6 +1219,24 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
 #endif
     const float* qkraw = s.vv(kVecQkRaw);
     const float* gam = s.vv(kVecGam);
+#if M3_CP_PAIRED_STORES && M3_STAGE_ALL
+    // The output and dz of two columns side by side, each as below, leave as bf16 pairs.
+    const auto gated = [&](int r, int c, float acc_intra, float acc_inter) {
+      const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[M3_VY_ROW(r) + c];
+      const float zz = s.dy[M3_VY_ROW(r) + c];
+      const float dout = p.dz ? s.t1[r * LDP + c] : 0.f;
+      const float sg = gate_sigmoidf(zz);
+      return make_float2(y * zz * sg, dout * y * sg * (1.f + zz * (1.f - sg)));
+    };
+    zip_for_each_pair(intra, inter, [&](int r, int c, float i0, float i1, float x0, float x1) {
+      if (r < len) {
+        const long long idx = (static_cast<long long>(sh.start + a + r) * H + sh.h) * P + c;
+        const float2 g0 = gated(r, c, i0, x0), g1 = gated(r, c + 1, i1, x1);
+        *reinterpret_cast<unsigned*>(p.output + idx) = f2bf_pair(g0.x, g1.x);
+        if (p.dz) *reinterpret_cast<unsigned*>(p.dz + idx) = f2bf_pair(g0.y, g1.y);
+      }
+    });
+#else
     zip_for_each(intra, inter, [&](int r, int c, float acc_intra, float acc_inter) {
       if (r < len) {
         const float y = acc_intra + e[r] * acc_inter + (dh - qkraw[r] * gam[r]) * s.v[M3_VY_ROW(r) + c];
@@ -1235,6 +1253,7 @@ M3_DEV void forward_outputs(const M3Params& p, const SeqHead& sh, Smem& s, int a
         if (p.dz) p.dz[idx] = f2bf(dout * y * sg * (1.f + zz * (1.f - sg)));
       }
     });
+#endif
   }
   __syncthreads();
 }
@@ -1374,6 +1393,20 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 #endif
   __syncthreads();
   const float* dtv = s.vv(kVecDt);
+#if M3_CP_PAIRED_STORES
+  // Angle indices i and i + 1 of a token in one 4-byte store (A is even), each as below.
+  static_assert(A % 2 == 0, "angle pairs");
+  const auto dangle_at = [&](int e, int t) {
+    const float tnh = s.th[angle_index(e, t)] / kM3Pi;
+    return s.dphi[angle_index(e, t)] * dtv[t] * kM3Pi * (1.f - tnh * tnh);
+  };
+  for (int e = 2 * tid; e < len * A; e += 2 * NT) {
+    const int t = e / A, i = e % A;
+    const int tg = sh.start + a + t;
+    *reinterpret_cast<unsigned*>(p.dangles + (static_cast<long long>(tg) * H + sh.h) * A + i) =
+        f2bf_pair(dangle_at(e, t), dangle_at(e + 1, t));
+  }
+#else
   for (int e = tid; e < len * A; e += NT) {
     const int t = e / A, i = e % A;
     const int tg = sh.start + a + t;
@@ -1381,6 +1414,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
     p.dangles[(static_cast<long long>(tg) * H + sh.h) * A + i] =
         f2bf(s.dphi[angle_index(e, t)] * dtv[t] * kM3Pi * (1.f - tnh * tnh));
   }
+#endif
 #if M3_CP_TRIMS
   {
     constexpr int K = C / NW;
@@ -1715,6 +1749,26 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #endif
     mac_along_k<C, M3_SPREAD_BACKWARD_INTRA, false>(intra, [&](int r, int k) { return s.m[M3_MX_ROW(k) + r]; },
                                     [&](int k, int c) { return s.dy[M3_VY_ROW(k) + c]; });
+#if M3_CP_PAIRED_STORES
+    // Two columns a thread holds side by side: one 4-byte store of the pair, one address, one
+    // test for the sequence's last token, the same arithmetic per element as below.
+    const auto dv_at = [&](int r, int c, float acc_state, float acc_intra) {
+      const float sp = wb[r] * sc[r] * acc_state;
+      return acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[M3_VY_ROW(r) + c];
+    };
+    zip_for_each_pair(stp, intra, [&](int r, int c, float s0, float s1, float i0, float i1) {
+      if (r < len) {
+        const int tg = sh.start + a + r;
+        float dv0 = dv_at(r, c, s0, i0), dv1 = dv_at(r, c + 1, s1, i1);
+        if (a + r == sh.len - 1 && p.dfinal_v) {
+          const m3_bf16* fv = p.dfinal_v + (sh.seq * H + sh.h) * P + c;
+          dv0 += bf2f(fv[0]);
+          dv1 += bf2f(fv[1]);
+        }
+        *reinterpret_cast<unsigned*>(p.dv + (static_cast<long long>(tg) * H + sh.h) * P + c) = f2bf_pair(dv0, dv1);
+      }
+    });
+#else
     zip_for_each(stp, intra, [&](int r, int c, float acc_state, float acc_intra) {
       const float sp = wb[r] * sc[r] * acc_state;
 #if !M3_CP_FRAG_SUMS
@@ -1731,6 +1785,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #endif
       }
     });
+#endif
 #if M3_CP_FRAG_SUMS
     stp.row_sums(part + kPartXs, [&](int r, int c, float acc) { return s.v[M3_VY_ROW(r) + c] * (wb[r] * sc[r] * acc); });
     stp.row_sums(part + kPartDyv, [&](int r, int c, float) { return s.dy[M3_VY_ROW(r) + c] * s.v[M3_VY_ROW(r) + c]; });

@@ -41,6 +41,24 @@ M3_DEV m3_bf16 f2bf(float f) {
   return static_cast<m3_bf16>(u >> 16);
 }
 
+// M3_CP_PAIRED_STORES (v177): bf16 results leave two at a time, packed by one cvt.rn.bf16x2.f32
+// (round to nearest even, as f2bf; only a NaN's payload differs, the instruction's being the
+// canonical one), and the backward's dv and dangles rows as such pairs, one 4-byte store per two
+// columns instead of a 2-byte store each with its own 64-bit address (run 130: f2bf was 4.1% of
+// the chunk-64 forward's executed instructions, the dv lines about 4% of the backward's).
+#ifndef M3_CP_PAIRED_STORES
+#define M3_CP_PAIRED_STORES 0
+#endif
+M3_DEV unsigned f2bf_pair(float lo, float hi) {
+#if M3_CP_PAIRED_STORES
+  unsigned u;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  return u;
+#else
+  return static_cast<unsigned>(f2bf(lo)) | (static_cast<unsigned>(f2bf(hi)) << 16);
+#endif
+}
+
 // dq and dk of one token, four columns: its H per-head partials (rows of QUADS float4 each, from
 // dqh and dkh, read through L2: other CTAs of the running kernel wrote them) summed in head order
 // h = 0, 1, ..., packed to bf16: the fused backward's (M3_CP_FUSED_HEADS) copy of

@@ -805,8 +805,8 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
         o2[e] = yv * zv * sg;
         d2[e] = dd[2 * j + e] * yv * sg * (1.f + zv * (1.f - sg));
       }
-      out[j] = static_cast<unsigned>(f2bf(o2[0])) | (static_cast<unsigned>(f2bf(o2[1])) << 16);
-      dz[j] = static_cast<unsigned>(f2bf(d2[0])) | (static_cast<unsigned>(f2bf(d2[1])) << 16);
+      out[j] = f2bf_pair(o2[0], o2[1]);
+      dz[j] = f2bf_pair(d2[0], d2[1]);
     }
     *reinterpret_cast<uint4*>(p.output + idx) = make_uint4(out[0], out[1], out[2], out[3]);
     if (p.dz) *reinterpret_cast<uint4*>(p.dz + idx) = make_uint4(dz[0], dz[1], dz[2], dz[3]);
