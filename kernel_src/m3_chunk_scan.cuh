@@ -1751,10 +1751,13 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
                                     [&](int k, int c) { return s.dy[M3_VY_ROW(k) + c]; });
 #if M3_CP_PAIRED_STORES
     // Two columns a thread holds side by side: one 4-byte store of the pair, one address, one
-    // test for the sequence's last token, the same arithmetic per element as below.
+    // test for the sequence's last token, the same arithmetic per element as below. There the
+    // state part is rounded on its own and then added (FMUL, FADD in the SASS: the row sums after
+    // share the product); written alike, this lambda's was fused into an FFMA, so the roundings
+    // are spelled out.
     const auto dv_at = [&](int r, int c, float acc_state, float acc_intra) {
-      const float sp = wb[r] * sc[r] * acc_state;
-      return acc_intra + sp + (dh - qkraw[r] * gam[r]) * s.dy[M3_VY_ROW(r) + c];
+      const float sp = __fmul_rn(wb[r] * sc[r], acc_state);
+      return fmaf(dh - qkraw[r] * gam[r], s.dy[M3_VY_ROW(r) + c], __fadd_rn(acc_intra, sp));
     };
     zip_for_each_pair(stp, intra, [&](int r, int c, float s0, float s1, float i0, float i1) {
       if (r < len) {
