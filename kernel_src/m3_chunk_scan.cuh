@@ -8,7 +8,8 @@
 // one-token shift of the dt/trap terms carried from chunk to chunk.
 //
 // Specialisation: M3_CHUNK, M3_N, M3_P, M3_A, M3_THREADS, M3_SEQ_BUCKET (S rounded up to a bucket,
-// 0 = any S), M3_USE_MMA and M3_PAD (shared-memory row padding in words). Head count and lengths
+// 0 = any S; read by the walker's locate() alone, so the chunk-parallel sources always pass 0),
+// M3_USE_MMA and M3_PAD (shared-memory row padding in words). Head count and lengths
 // are run-time values.
 #pragma once
 

@@ -704,6 +704,11 @@ double forward64_waves_of(const OpConfig& c, int64_t jobs, unsigned resident) {
 KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch) {
   const VariantTraits& tr = kernel_traits(c);
   const std::string file = tr.chunk_parallel ? "m3_chunk_parallel" : "m3_chunk_scan";
+  // M3_SEQ_BUCKET unrolls the walkers' search for their sequence's first chunk (locate); the
+  // chunk-parallel kernels find their jobs in the ticket tables and never read it (their SASS is
+  // the same for every bucket, cuobjdump compare), so one source, the "any" one, serves all
+  // sequence counts: a fifth of the compiles, cache entries and warm-up time.
+  if (tr.chunk_parallel) bucket = 0;
   KernelSource src;
   src.name = file + "[" + c.variant + ",C=" + std::to_string(c.chunk) + ",S<=" +
              (bucket > 0 ? std::to_string(bucket) : std::string("any")) + "]";
@@ -888,7 +893,7 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
   all.push_back(smoke);
   for (const auto& c : known_configs()) {
     if (dispatch_only(c)) continue;
-    for (int b : kBuckets) all.push_back(scan_source(c, b, arch));
+    for (int b : kBuckets) append_unique(all, scan_source(c, b, arch));  // one for chunk-parallel variants
   }
   // Many variants share a reduce specialisation (the block size and the reduce switches name it).
   for (const auto& c : known_configs()) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -857,6 +858,31 @@ TEST_CASE("v53 and v55 run the backward in clusters of heads that divide H", "[r
   CHECK_THROWS_AS(head_cluster_size(parse_op_config("variant=v54"), 32), std::invalid_argument);
 }
 
+TEST_CASE("a chunk-parallel variant has one scan source for every sequence count, a walker one per bucket",
+          "[registry]") {
+  for (const char* name : {"v10", "v59", "v103", "v179"}) {
+    INFO(name);
+    const OpConfig c = resolve_kernels(parse_op_config(std::string("variant=") + name), 1);
+    REQUIRE(is_chunk_parallel(c));
+    const KernelSource any = scan_source(c, 0);
+    for (int b : {1, 2, 4, 8}) {
+      const KernelSource s = scan_source(c, b);
+      CHECK(s.name == any.name);
+      CHECK(s.options == any.options);
+      CHECK(s.code == any.code);
+    }
+    CHECK(has_option(any, "-DM3_SEQ_BUCKET=0"));
+  }
+  const OpConfig v8 = parse_op_config("variant=v8");
+  REQUIRE_FALSE(is_chunk_parallel(v8));
+  CHECK(has_option(scan_source(v8, 4), "-DM3_SEQ_BUCKET=4"));
+  CHECK(scan_source(v8, 4).name != scan_source(v8, 0).name);
+  // The full list holds each name once.
+  const auto all = all_specializations("sm_90a");
+  std::set<std::string> names;
+  for (const auto& s : all) CHECK(names.insert(s.name).second);
+}
+
 TEST_CASE("specializations_for names every kernel a configuration can run, each once", "[registry]") {
   const auto has = [](const std::vector<KernelSource>& specs, const std::string& name) {
     return std::count_if(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == name; }) == 1;
@@ -865,12 +891,13 @@ TEST_CASE("specializations_for names every kernel a configuration can run, each 
                  v8 = parse_op_config("variant=v8");
   const auto own = specializations_for({v59}, "sm_90a");
   const auto dispatched = specializations_for({v60}, "sm_90a");
-  // Five sequence-count buckets and one reduce source per kernel set; v60 dispatches to v59 and v8.
-  CHECK(own.size() == 6);
-  CHECK(dispatched.size() == 12);
+  // One scan source for a chunk-parallel kernel set, five sequence-count buckets for a walker's,
+  // and one reduce source each; v60 dispatches to v59 (chunk-parallel) and v8 (a walker).
+  CHECK(own.size() == 2);
+  CHECK(dispatched.size() == 8);
+  CHECK(has(own, "m3_chunk_parallel[v59,C=32,S<=any]"));
+  CHECK(has(dispatched, "m3_chunk_parallel[v59,C=32,S<=any]"));
   for (const char* bucket : {"1", "2", "4", "8", "any"}) {
-    CHECK(has(own, std::string("m3_chunk_parallel[v59,C=32,S<=") + bucket + "]"));
-    CHECK(has(dispatched, std::string("m3_chunk_parallel[v59,C=32,S<=") + bucket + "]"));
     CHECK(has(dispatched, std::string("m3_chunk_scan[v8,C=32,S<=") + bucket + "]"));
   }
   CHECK(has(dispatched, reduce_source(v59).name));
