@@ -168,10 +168,13 @@ M3_DEV float m3_decay_expf(float x) {
   return expf(x);
 #endif
 }
-// The backward's gate: the forward's form where the switch is on.
+// The backward's gate: the forward's (gate_sigmoidf, M3_FAST_GATE's form) where the switch is on.
+#if M3_FAST_TRANSCENDENTALS && !M3_FAST_GATE
+#error "M3_FAST_TRANSCENDENTALS takes the backward's gate from M3_FAST_GATE's form"
+#endif
 M3_DEV float m3_dy_sigmoidf(float x) {
 #if M3_FAST_TRANSCENDENTALS
-  return __fdividef(1.0f, 1.0f + __expf(-x));
+  return gate_sigmoidf(x);
 #else
   return sigmoidf(x);
 #endif
