@@ -8,12 +8,7 @@
 set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/python/test_long_gpu.py tests/python/test_training.py \
-  tests/python/test_training_states.py tests/python/test_validation.py tests/python/test_tools.py \
-  tests/python/test_reference.py tests/python/test_initial_states_gpu.py tests/python/test_operator_gpu.py \
-  -k "(bind or rejects or current_stream or not operator_gpu) and not slow" > $OUT/tests_default.log 2>&1
-echo "tests default rc=$? $(( $(date +%s)-t0 ))s: $(tail -n 1 $OUT/tests_default.log)"
-grep -E "^FAILED" $OUT/tests_default.log | head -5
+source methods/results/default_gpu_tests.sh
 timeout 60 python3 tools/selfcheck.py --json $OUT/selfcheck.json > $OUT/selfcheck.log 2>&1
 echo "selfcheck rc=$? $(( $(date +%s)-t0 ))s"; tail -n 10 $OUT/selfcheck.log
 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
