@@ -1269,7 +1269,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if !M3_FRAG_ST
 #pragma unroll
       for (int jj = 0; jj < StateTile::NTL; ++jj) {
-#if M3_CP_SMEM_STATE
+#if M3_CP_SMEM_STATE && M3_CP_SWIZZLE_FOLD
+        static_assert(StateTile::NTL == 4 && StateTile::WN == 32 && StateTile::WM % 16 == 0, "see ss_tile_col");
+        st[h][jj] = *reinterpret_cast<const float2*>(s.t1 + r * N + ss_tile_col(upd.n0, jj, 2 * upd.t, upd.g & 3));
+#elif M3_CP_SMEM_STATE
         st[h][jj] = *reinterpret_cast<const float2*>(s.t1 + M3_SS(r, upd.n0 + 8 * jj + 2 * upd.t));
 #else
         st[h][jj] = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + upd.n0 + 8 * jj + 2 * upd.t))

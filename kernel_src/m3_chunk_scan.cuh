@@ -263,6 +263,21 @@ constexpr int kMxSkew = M3_CP_ROWS8_MXT ? 4 : 0, kTSkew = kMxSkew;
 #if M3_CP_SMEM_STATE
 #define M3_SS(r, c) ((r) * N + ((((c) >> 2) ^ (((r) & 3) << 1)) << 2) + ((c) & 3))
 #endif
+// M3_CP_SWIZZLE_FOLD (v183): the readers of the state's copy whose rows have a fixed (r & 3) per
+// thread (the inter product of dqr, k = k0 + t or k0 + t + 4, k0 % 8 == 0; the update's rows
+// m0 + 16 i + g + 8 h, m0 % 4 == 0) and whose columns are n0 + 8 j + q (n0 % 32 == 0, j < 4,
+// q < 8) see M3_SS's swizzle as the n-tile permutation j -> j ^ (r & 3): the same word at
+// r N + n0 + 8 (j ^ (r & 3)) + q. Run 130 put the inter product's operand line at 4.1% of the
+// backward's executed instructions: its SASS rebuilds M3_SS's shifts and XORs for each of the 64
+// loads (171 integer instructions a thread), as nothing tells ptxas that c's low bits are g's.
+#ifndef M3_CP_SWIZZLE_FOLD
+#define M3_CP_SWIZZLE_FOLD 0
+#endif
+#if M3_CP_SWIZZLE_FOLD && !M3_CP_SMEM_STATE
+#error "M3_CP_SWIZZLE_FOLD reads the state's swizzled copy (M3_CP_SMEM_STATE)"
+#endif
+// The column of M3_SS(r, n0 + 8 j + q) within row r, for r & 3 == rq (conditions above).
+M3_DEV int ss_tile_col(int n0, int j, int q, int rq) { return n0 + 8 * (j ^ rq) + q; }
 constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row stride
 // Where element e = t * A + i of an angle tile sits (t = e / A); unpadded, e itself, so that the
 // variants before v25 compile to the code they were measured with.
@@ -1910,6 +1925,15 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #if M3_FRAG_ST
     inter.template mac_frag_cols<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                     [&](int r, int pos) { return s.st4(r, pos); });
+#elif M3_CP_SMEM_STATE && M3_CP_SWIZZLE_FOLD
+    static_assert(decltype(inter)::NTL == 4 && decltype(inter)::WN == 32, "n-tiles j < 4 of a 32-column warp tile");
+    // mac_exact asks for k = k0 + t or k0 + t + 4 and c = n0 + 8 j + g (j: bits 3 and 4 of c): one
+    // base per n-tile, the rows immediate offsets from it.
+    const float* cols[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) cols[j] = s.t1 + inter.t * N + ss_tile_col(inter.n0, j, inter.g, inter.t);
+    inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
+                                [&](int k, int c) { return cols[(c >> 3) & 3][(k - inter.t) * N]; });
 #elif M3_CP_SMEM_STATE
     inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                                 [&](int k, int c) { return s.t1[M3_SS(k, c)]; });

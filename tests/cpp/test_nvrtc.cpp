@@ -245,7 +245,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v182") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v185") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -637,6 +637,13 @@ TEST_CASE("v180 and v181 are v177 and v178 with the angles loaded four to a word
   CHECK(resolve_kernels(parse_op_config("variant=v182"), 1).variant == "v180");
 }
 
+TEST_CASE("v183 and v184 are v177 and v178 with the state copy's swizzle folded per thread, nothing else",
+          "[registry]") {
+  check_one_more_forward64_option("v177", "v183", "-DM3_CP_SWIZZLE_FOLD=1");
+  check_one_more_option("v178", "v184", "-DM3_CP_SWIZZLE_FOLD=1");
+  CHECK(resolve_kernels(parse_op_config("variant=v185"), 1).variant == "v183");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -669,7 +676,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v182) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v185) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -686,7 +693,7 @@ TEST_CASE("the waves pickers (v137 to v182) run their wide kernels from two wave
                                         Picker{"v163", "v161", "v162"}, Picker{"v166", "v164", "v165"},
                                         Picker{"v170", "v168", "v169"}, Picker{"v173", "v171", "v172"},
                                         Picker{"v176", "v174", "v175"}, Picker{"v179", "v177", "v178"},
-                                        Picker{"v182", "v180", "v181"}}) {
+                                        Picker{"v182", "v180", "v181"}, Picker{"v185", "v183", "v184"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -720,7 +727,8 @@ TEST_CASE("the waves pickers (v137 to v182) run their wide kernels from two wave
   // No other variant picks by waves, and none of them is moved by a count.
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
-                           "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v8"}) {
+                           "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
+                           "v184", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
