@@ -1603,6 +1603,20 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     // M3_CP_SMEM_STATE=2 (v150): each quarter-warp's eight chunks land in eight consecutive shared
     // slots and come from the permuted global chunks (the same 128 bytes), where level 1 permutes
     // the shared side (run 102: 2.3 M excess wavefronts on the copy, 490 a job, for 256 ideal).
+#if M3_CP_SWIZZLE_FOLD
+    // Chunk e = tid + q NT is row tid / (N / 4) + q NT / (N / 4), with the same (r & 3) and column
+    // for every q: one global and one shared offset a thread, q an immediate (the signed division
+    // and remainder of e were rebuilt for each q).
+    static_assert(NT % (4 * (N / 4)) == 0, "q moves the row by a multiple of four");
+    const int r0 = tid / (N / 4), r = r0 + q * (NT / (N / 4));
+    const int c = M3_CP_SMEM_STATE >= 2 ? 4 * ((tid % (N / 4)) ^ ((r0 & 3) << 1)) : 4 * (tid % (N / 4));
+    float* dst = s.t1 + r * N + ((((c >> 2) ^ ((r0 & 3) << 1)) << 2));
+    if (saved) {
+      cp_async16(dst, saved + r * N + c);
+    } else {
+      *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#else
     const int e = tid + q * NT, r = e / (N / 4);
     const int c = M3_CP_SMEM_STATE >= 2 ? 4 * ((e % (N / 4)) ^ ((r & 3) << 1)) : 4 * (e % (N / 4));
     if (saved) {
@@ -1610,6 +1624,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     } else {
       *reinterpret_cast<float4*>(s.t1 + M3_SS(r, c)) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
+#endif
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
