@@ -1217,9 +1217,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (last) {
 #if M3_FRAG_DS
     // m3_cp_angles left the final state's gradient there, in fragment order.
-    s.gds = p.dfinal_ssm ? p.ws_dstates + (slot + H) * P * N : nullptr;
+    s.gds = p.dfinal_ssm ? p.ws_dstates + (slot + H) * P * N : no_dstate();
 #else
-    s.gds = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N : nullptr;
+    s.gds = p.dfinal_ssm ? p.dfinal_ssm + (static_cast<long long>(sh.seq) * H + sh.h) * P * N : no_dstate();
 #endif
   } else {
     wait_for(backward_flags(p) + slot + H);
@@ -1311,7 +1311,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // no load waits behind a store.
   upd.for_each_pair([&](int r, int c, float& acc0, float& acc1) {
     const float2 zero = make_float2(0.f, 0.f);
-    const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
+    const float2 old = M3_DS_GIVEN(s.gds) ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
     const float2 st = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
     part = fmaf(old.x, st.x, part);
     part = fmaf(old.y, st.y, part);
@@ -1326,7 +1326,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #else
   upd.for_each_pair([&](int r, int c, float acc0, float acc1) {
     const float2 zero = make_float2(0.f, 0.f);
-    const float2 old = s.gds ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
+    const float2 old = M3_DS_GIVEN(s.gds) ? __ldcg(reinterpret_cast<const float2*>(s.gds + r * N + c)) : zero;
     const float2 st = s.gst ? M3_STATE_LOAD(reinterpret_cast<const float2*>(s.gst + r * N + c)) : zero;
     part = fmaf(old.x, st.x, part);
     part = fmaf(old.y, st.y, part);

@@ -548,6 +548,25 @@ M3_DEV void stage_state_frag(const float* src, float* dst) {
 #endif
 #endif
 
+// M3_CP_ZERO_DS (v186): where a chunk's leaving state has no gradient (a sequence's last chunk
+// without dfinal_ssm) gds points at a zero tile of the module instead of being nullptr, so the
+// gradient's loads need no null test: run 130's busiest backward line after the mma was that
+// load, whose SASS zeroes every destination register (CS2R) and predicates each of its 40 loads
+// on the test. Loaded zeros are +0.0, the value the test gave: bitwise the same results. The
+// zero tile is never written (a __device__ array, zero from the module's load on); no discard
+// reaches it (the successor's gradient is dropped from L2 only where it exists).
+#ifndef M3_CP_ZERO_DS
+#define M3_CP_ZERO_DS 0
+#endif
+#if M3_CP_ZERO_DS
+#define M3_DS_GIVEN(ptr) true
+__device__ float4 m3_zero_dstate[P * N / 4];
+M3_DEV const float* no_dstate() { return reinterpret_cast<const float*>(m3_zero_dstate); }
+#else
+#define M3_DS_GIVEN(ptr) (ptr)
+M3_DEV const float* no_dstate() { return nullptr; }
+#endif
+
 struct Smem {
   float* qr;
   float* kr;
@@ -566,7 +585,7 @@ struct Smem {
   float* red;
   const m3_bf16* raw;  // M3_CP_PREFETCH: the chunk's raw input rows (RawTiles); else nullptr
   // M3_CP_GLOBAL_STATES: the entering state and the gradient of the leaving one, P x N rows in
-  // global memory; nullptr is zero.
+  // global memory; nullptr is zero (gds under M3_CP_ZERO_DS: never nullptr, see there).
   const float* gst;
   const float* gds;
 #if M3_CP_OVERLAPPED_BACKWARD
@@ -579,7 +598,7 @@ struct Smem {
 #if M3_CP_GLOBAL_STATES
   M3_DEV float st_at(int r, int c) const { return gst ? M3_STATE_LOAD(gst + r * N + c) : 0.f; }
   // Published by another CTA of this kernel: read from L2, never from a stale L1 line.
-  M3_DEV float ds_at(int r, int c) const { return gds ? __ldcg(gds + r * N + c) : 0.f; }
+  M3_DEV float ds_at(int r, int c) const { return M3_DS_GIVEN(gds) ? __ldcg(gds + r * N + c) : 0.f; }
 #endif
 #if M3_FRAG_DS
   // The 16-byte words at row r, position pos of the states in fragment order (frag_word).
@@ -588,9 +607,10 @@ struct Smem {
   }
   M3_DEV float4 ds4(int r, int pos) const {
 #if M3_CP_DS_L1
-    return gds ? *reinterpret_cast<const float4*>(gds + r * N + pos) : make_float4(0.f, 0.f, 0.f, 0.f);
+    return M3_DS_GIVEN(gds) ? *reinterpret_cast<const float4*>(gds + r * N + pos) : make_float4(0.f, 0.f, 0.f, 0.f);
 #else
-    return gds ? __ldcg(reinterpret_cast<const float4*>(gds + r * N + pos)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    return M3_DS_GIVEN(gds) ? __ldcg(reinterpret_cast<const float4*>(gds + r * N + pos))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
 #endif
   }
   // The forward's entering state, published by another CTA of the same kernel: from L2 as well.
@@ -625,7 +645,7 @@ M3_DEV Smem carve_layout(float* base, const M3ScanLayout& l) {
   s.red = at(l.red);
   s.raw = nullptr;
   s.gst = nullptr;
-  s.gds = nullptr;
+  s.gds = no_dstate();
   return s;
 }
 
