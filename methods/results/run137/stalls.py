@@ -1,0 +1,29 @@
+"""Run 137's four backward profiles side by side: stall ratios (warps stalled per issue), spill
+sectors and the shared wavefronts, from the raw pages in profiles.tgz.
+Usage: python3 methods/results/run137/stalls.py (unpacks profiles.tgz into a temporary folder)."""
+import csv
+import tarfile
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ["v182", "v185", "v188", "v191"]
+EXTRA = ["smsp__cycles_active.avg", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+         "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"]
+
+
+def raw(folder, v):
+    rows = list(csv.reader(open(folder / f"{v}_raw.csv")))
+    return dict(zip(rows[0], rows[-1]))
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    with tarfile.open(HERE / "profiles.tgz") as tar:
+        tar.extractall(tmp)
+    pages = {v: raw(Path(tmp), v) for v in VARIANTS}
+print(f"{'metric':64s} " + " ".join(f"{v:>10s}" for v in VARIANTS))
+names = [k for k in pages["v182"] if "average_warps_issue_stalled" in k and k.endswith("per_issue_active.ratio")]
+for k in names + EXTRA:
+    vals = [float(pages[v][k].replace(",", "")) for v in VARIANTS]
+    if max(vals) >= 0.05:
+        print(f"{k[-64:]:64s} " + " ".join(f"{x:10.2f}" for x in vals))
