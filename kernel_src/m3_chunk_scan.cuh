@@ -276,6 +276,15 @@ constexpr int kMxSkew = M3_CP_ROWS8_MXT ? 4 : 0, kTSkew = kMxSkew;
 #if M3_CP_SWIZZLE_FOLD && !M3_CP_SMEM_STATE
 #error "M3_CP_SWIZZLE_FOLD reads the state's swizzled copy (M3_CP_SMEM_STATE)"
 #endif
+// M3_CP_INTER_PARKED (v192): dqr's inter product (dy times the entering state) is parked raw in
+// t1 once the state's copy is read, and the intra product added to it there, instead of both
+// tiles' accumulators living in registers through the intra product. Run 130's profile of v173
+// had most of the backward's executed spills (local loads and stores) on those two products'
+// lines, and run 137 found the spills, not the instruction count, setting the backward's time
+// (MIO-throttle stalls). The same fmaf(e, inter, intra) per element: meant bitwise.
+#ifndef M3_CP_INTER_PARKED
+#define M3_CP_INTER_PARKED 0
+#endif
 // The column of M3_SS(r, n0 + 8 j + q) within row r, for r & 3 == rq (conditions above).
 M3_DEV int ss_tile_col(int n0, int j, int q, int rq) { return n0 + 8 * (j ^ rq) + q; }
 constexpr int LDA = A + (M3_CP_CONFLICT_FREE ? 1 : 0);  // the angle tiles' row stride
@@ -1979,6 +1988,22 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
     inter.template mac_exact<P>(M3_ROWS_AS(s.dy, LDVY, kVySkew, 0),
                           [&](int k, int c) { return s.st[k * LDN + c]; });
 #endif
+#if M3_CP_INTER_PARKED
+    static_assert(M3_CP_SMEM_STATE && M3_CP_ROWS8_MXT && M3_CP_FRAG_SUMS, "parks v148's inter product in t1");
+    __syncthreads();  // every warp's last read of the state's copy, which t1 overwrites
+    inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
+    inter.for_each_pair([&](int r, int c, float i0, float i1) {
+      *reinterpret_cast<float2*>(s.t1 + M3_T_ROW(r) + c) = make_float2(i0, i1);
+    });
+    intra.template mac_exact<C>(M3_ROWS_AS(s.x, LDMX, kMxSkew, 0),
+                                [&](int k, int c) { return sc[k] * s.kr[M3_QK_AT(k, c)]; });
+    // The thread's own slots: fmaf as ptxas contracted e[r] * i + a in the zip below.
+    intra.for_each_pair([&](int r, int c, float a0, float a1) {
+      float2* slot = reinterpret_cast<float2*>(s.t1 + M3_T_ROW(r) + c);
+      const float2 i = *slot;
+      *slot = make_float2(fmaf(e[r], i.x, a0), fmaf(e[r], i.y, a1));
+    });
+#else
     intra.template mac_exact<C>(M3_ROWS_AS(s.x, LDMX, kMxSkew, 0),
                           [&](int k, int c) { return sc[k] * s.kr[M3_QK_AT(k, c)]; });
 #if M3_CP_SMEM_STATE
@@ -2001,6 +2026,7 @@ M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a,
 #if M3_CP_FRAG_SUMS
     inter.row_sums(part + kPartU, [&](int r, int c, float acc) { return s.qr[M3_QK_AT(r, c)] * (e[r] * acc); });
 #endif
+#endif  // M3_CP_INTER_PARKED
   }
 #endif
   __syncthreads();

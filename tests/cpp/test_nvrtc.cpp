@@ -245,7 +245,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v191") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v194") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -658,6 +658,12 @@ TEST_CASE("v189 and v190 are v180 and v181 with a zero tile for a missing state 
   CHECK(resolve_kernels(parse_op_config("variant=v191"), 1).variant == "v189");
 }
 
+TEST_CASE("v192 and v193 are v180 and v181 with dqr's inter product parked in t1, nothing else", "[registry]") {
+  check_one_more_forward64_option("v180", "v192", "-DM3_CP_INTER_PARKED=1");
+  check_one_more_option("v181", "v193", "-DM3_CP_INTER_PARKED=1");
+  CHECK(resolve_kernels(parse_op_config("variant=v194"), 1).variant == "v192");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -690,7 +696,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v191) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v194) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -708,7 +714,8 @@ TEST_CASE("the waves pickers (v137 to v191) run their wide kernels from two wave
                                         Picker{"v170", "v168", "v169"}, Picker{"v173", "v171", "v172"},
                                         Picker{"v176", "v174", "v175"}, Picker{"v179", "v177", "v178"},
                                         Picker{"v182", "v180", "v181"}, Picker{"v185", "v183", "v184"},
-                                        Picker{"v188", "v186", "v187"}, Picker{"v191", "v189", "v190"}}) {
+                                        Picker{"v188", "v186", "v187"}, Picker{"v191", "v189", "v190"},
+                                        Picker{"v194", "v192", "v193"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -743,7 +750,7 @@ TEST_CASE("the waves pickers (v137 to v191) run their wide kernels from two wave
   for (const char* name : {"v104", "v134", "v136", "v103", "v135", "v138", "v140", "v142", "v144", "v146", "v148",
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
-                           "v184", "v186", "v187", "v189", "v190", "v8"}) {
+                           "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
