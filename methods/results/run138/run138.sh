@@ -16,16 +16,4 @@ timeout 200 python3 tools/bench.py --solver methods/versions/v182/solver.py --so
   --no-baseline --reps 3 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
 python3 methods/results/bench_table.py $OUT/bench.json
-mkdir -p /tmp/prof
-for v in v182 v194; do
-  s=methods/versions/$v/solver.py
-  timeout 60 python3 methods/results/run92/ncu_fwd.py c01 $s > /dev/null 2>&1
-  timeout 90 ncu --set full -k regex:"^m3_cp_backward\$" --launch-skip 1 --launch-count 1 \
-    -o /tmp/prof/$v python3 methods/results/run92/ncu_fwd.py c01 $s > /tmp/prof/$v.log 2>&1
-  echo "ncu $v rc=$? $(( $(date +%s)-t0 ))s"
-  ncu -i /tmp/prof/$v.ncu-rep --page details > /tmp/prof/${v}_details.txt 2>&1
-  ncu -i /tmp/prof/$v.ncu-rep --page raw --csv > /tmp/prof/${v}_raw.csv 2>&1
-  grep -E "^    Duration|Executed Instructions  |Issue Slots Busy|Executed Ipc Active|Local Memory Spilling Requests " \
-    /tmp/prof/${v}_details.txt | head -6
-done
-(cd /tmp/prof && tar czf $OUT/profiles.tgz *_details.txt *_raw.csv *.log)
+NCU_VARIANTS="v182 v194" source methods/results/ncu_backward_c01.sh
