@@ -1,13 +1,15 @@
 """Run 137's four backward profiles side by side: stall ratios (warps stalled per issue), spill
 sectors and the shared wavefronts, from the raw pages in profiles.tgz.
-Usage: python3 methods/results/run137/stalls.py (unpacks profiles.tgz into a temporary folder)."""
+Usage: python3 methods/results/run137/stalls.py (unpacks profiles.tgz into a temporary folder);
+another run's profiles: python3 methods/results/run137/stalls.py methods/results/run138 v182 v194."""
 import csv
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-VARIANTS = ["v182", "v185", "v188", "v191"]
+HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 2 else Path(__file__).resolve().parent
+VARIANTS = sys.argv[2:] if len(sys.argv) > 2 else ["v182", "v185", "v188", "v191"]
 EXTRA = ["smsp__cycles_active.avg", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
          "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"]
 
