@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run 139: the default (v182) on the final tree of the twenty-seventh session: its GPU tests and
-# the selfcheck, so that the stop note's figures come from the code that lands (the commits since
-# run 136 add kernel code only behind M3_CP_INTER_PARKED, rejected in run 138). Carry
-# ["scratch", ".deps"].
+# Run 139 (written in the twenty-seventh session, not run there: the device pool refused every
+# start after run 138 until the session's device time was spent): the default (v182) on that
+# session's final tree, its GPU tests and the selfcheck, so that the figures come from the code
+# that landed (the commits since run 136 add kernel code only behind M3_CP_INTER_PARKED, rejected
+# in run 138). Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
