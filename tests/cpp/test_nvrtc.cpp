@@ -624,44 +624,34 @@ TEST_CASE("v174 and v175 are v171 and v172 with the hardware's tanh, exp and gat
   CHECK(resolve_kernels(parse_op_config("variant=v176"), 1).variant == "v174");
 }
 
-TEST_CASE("v177 and v178 are v174 and v175 with bf16 results stored in hardware-packed pairs, nothing else",
-          "[registry]") {
-  check_one_more_forward64_option("v174", "v177", "-DM3_CP_PAIRED_STORES=1");
-  check_one_more_option("v175", "v178", "-DM3_CP_PAIRED_STORES=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v179"), 1).variant == "v177");
-}
+// The waves pickers from v179 on: each adds one switch to both kernel sets of an earlier picker.
+struct SwitchTwins {
+  const char* wide_base;    // the chunk-64 forward set it builds on
+  const char* narrow_base;  // the 32-token set it builds on
+  const char* wide;
+  const char* narrow;
+  const char* picker;
+  const char* option;
+  const char* what;
+};
 
-TEST_CASE("v180 and v181 are v177 and v178 with the angles loaded four to a word, nothing else", "[registry]") {
-  check_one_more_forward64_option("v177", "v180", "-DM3_CP_ANGLE_QUADS=1");
-  check_one_more_option("v178", "v181", "-DM3_CP_ANGLE_QUADS=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v182"), 1).variant == "v180");
-}
-
-TEST_CASE("v183 and v184 are v177 and v178 with the state copy's swizzle folded per thread, nothing else",
-          "[registry]") {
-  check_one_more_forward64_option("v177", "v183", "-DM3_CP_SWIZZLE_FOLD=1");
-  check_one_more_option("v178", "v184", "-DM3_CP_SWIZZLE_FOLD=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v185"), 1).variant == "v183");
-}
-
-TEST_CASE("v186 and v187 are v183 and v184 with a zero tile for a missing state gradient, nothing else",
-          "[registry]") {
-  check_one_more_forward64_option("v183", "v186", "-DM3_CP_ZERO_DS=1");
-  check_one_more_option("v184", "v187", "-DM3_CP_ZERO_DS=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v188"), 1).variant == "v186");
-}
-
-TEST_CASE("v189 and v190 are v180 and v181 with a zero tile for a missing state gradient, nothing else",
-          "[registry]") {
-  check_one_more_forward64_option("v180", "v189", "-DM3_CP_ZERO_DS=1");
-  check_one_more_option("v181", "v190", "-DM3_CP_ZERO_DS=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v191"), 1).variant == "v189");
-}
-
-TEST_CASE("v192 and v193 are v180 and v181 with dqr's inter product parked in t1, nothing else", "[registry]") {
-  check_one_more_forward64_option("v180", "v192", "-DM3_CP_INTER_PARKED=1");
-  check_one_more_option("v181", "v193", "-DM3_CP_INTER_PARKED=1");
-  CHECK(resolve_kernels(parse_op_config("variant=v194"), 1).variant == "v192");
+TEST_CASE("v177 to v194: each pair of kernel sets is its bases' with one more switch, nothing else", "[registry]") {
+  for (const SwitchTwins& t :
+       {SwitchTwins{"v174", "v175", "v177", "v178", "v179", "-DM3_CP_PAIRED_STORES=1",
+                    "bf16 results stored in hardware-packed pairs"},
+        SwitchTwins{"v177", "v178", "v180", "v181", "v182", "-DM3_CP_ANGLE_QUADS=1", "the angles loaded four to a word"},
+        SwitchTwins{"v177", "v178", "v183", "v184", "v185", "-DM3_CP_SWIZZLE_FOLD=1",
+                    "the state copy's swizzle folded per thread"},
+        SwitchTwins{"v183", "v184", "v186", "v187", "v188", "-DM3_CP_ZERO_DS=1",
+                    "a zero tile for a missing state gradient"},
+        SwitchTwins{"v180", "v181", "v189", "v190", "v191", "-DM3_CP_ZERO_DS=1",
+                    "a zero tile for a missing state gradient"},
+        SwitchTwins{"v180", "v181", "v192", "v193", "v194", "-DM3_CP_INTER_PARKED=1", "dqr's inter product parked in t1"}}) {
+    INFO(t.wide << " and " << t.narrow << ": " << t.what);
+    check_one_more_forward64_option(t.wide_base, t.wide, t.option);
+    check_one_more_option(t.narrow_base, t.narrow, t.option);
+    CHECK(resolve_kernels(parse_op_config(std::string("variant=") + t.picker), 1).variant == t.wide);
+  }
 }
 
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {

@@ -8,7 +8,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 2 else Path(__file__).resolve().parent
+HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent
 VARIANTS = sys.argv[2:] if len(sys.argv) > 2 else ["v182", "v185", "v188", "v191"]
 EXTRA = ["smsp__cycles_active.avg", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
          "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"]
