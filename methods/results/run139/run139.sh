@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 139 (written in the twenty-seventh session, not run there: the device pool refused every
+# Run 139 (written in the twenty-seventh session, run in the twenty-eighth: its output is output.txt here; not run at first: the device pool refused every
 # start after run 138 until the session's device time was spent): the default (v182) on that
 # session's final tree, its GPU tests and the selfcheck, so that the figures come from the code
 # that landed (the commits since run 136 add kernel code only behind M3_CP_INTER_PARKED, rejected
