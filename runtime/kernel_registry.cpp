@@ -110,7 +110,10 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v188", 32, 256}, OpConfig{"v189", 32, 256},
                                                 OpConfig{"v190", 32, 256}, OpConfig{"v191", 32, 256},
                                                 OpConfig{"v192", 32, 256}, OpConfig{"v193", 32, 256},
-                                                OpConfig{"v194", 32, 256}};
+                                                OpConfig{"v194", 32, 256}, OpConfig{"v195", 32, 256},
+                                                OpConfig{"v196", 32, 256}, OpConfig{"v197", 32, 256},
+                                                OpConfig{"v198", 32, 256}, OpConfig{"v199", 32, 256},
+                                                OpConfig{"v200", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -166,7 +169,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v176", "v174", "v8", "v175"}, {"v179", "v177", "v8", "v178"},
                               {"v182", "v180", "v8", "v181"}, {"v185", "v183", "v8", "v184"},
                               {"v188", "v186", "v8", "v187"}, {"v191", "v189", "v8", "v190"},
-                              {"v194", "v192", "v8", "v193"}};
+                              {"v194", "v192", "v8", "v193"}, {"v197", "v195", "v8", "v196"},
+                              {"v200", "v198", "v8", "v199"}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -433,17 +437,24 @@ int seq_bucket(long long num_seqs) {
 // v189 and v190: v180 and v181 with v186's zero tile (M3_CP_ZERO_DS) alone; meant bitwise.
 // v192 and v193: v180 and v181 whose dqr inter product waits in t1 while the intra product runs
 // (M3_CP_INTER_PARKED); meant bitwise.
+// v195 and v196: v180 and v181 compiled with ptxas's default load caching set to streaming
+// (-dlcm=cs: the global loads without an explicit cache operator allocate in L1 as evict-first),
+// so that the backward's register spills, which run 138 found missing L1 on every load (the
+// staging's 240 KB of global lines a job sweep the 22 KB of L1 left beside two CTAs' shared
+// memory), are the lines L1 keeps. The same instructions but for the cache bits; meant bitwise.
+// v198 and v199: the same with -dlcm=cg (those loads do not allocate in L1 at all).
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
-// v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191 and v194 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194, v197 and v200 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
 // v161's, or v162's; v166 v164's, or v165's; v170 v168's, or v169's; v173 v171's, or v172's;
 // v176 v174's, or v175's; v179 v177's, or v178's; v182 v180's, or v181's; v185 v183's, or
-// v184's; v188 v186's, or v187's; v191 v189's, or v190's; v194 v192's, or v193's.
+// v184's; v188 v186's, or v187's; v191 v189's, or v190's; v194 v192's, or v193's; v197 v195's, or
+// v196's; v200 v198's, or v199's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -524,6 +535,7 @@ struct VariantTraits {
   bool swizzle_fold = false;        // v183
   bool zero_ds = false;             // v186
   bool inter_parked = false;        // v192
+  int load_cache = 0;               // v195 (2: -dlcm=cs), v198 (1: -dlcm=cg)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -648,7 +660,11 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v189", "v180", &VariantTraits::zero_ds},
                                     {"v190", "v181", &VariantTraits::zero_ds},
                                     {"v192", "v180", &VariantTraits::inter_parked},
-                                    {"v193", "v181", &VariantTraits::inter_parked}};
+                                    {"v193", "v181", &VariantTraits::inter_parked},
+                                    {"v195", "v180", nullptr, nullptr, &VariantTraits::load_cache, 2},
+                                    {"v196", "v181", nullptr, nullptr, &VariantTraits::load_cache, 2},
+                                    {"v198", "v180", nullptr, nullptr, &VariantTraits::load_cache, 1},
+                                    {"v199", "v181", nullptr, nullptr, &VariantTraits::load_cache, 1}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -824,6 +840,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.swizzle_fold) src.options.push_back("-DM3_CP_SWIZZLE_FOLD=1");
   if (tr.zero_ds) src.options.push_back("-DM3_CP_ZERO_DS=1");
   if (tr.inter_parked) src.options.push_back("-DM3_CP_INTER_PARKED=1");
+  // A ptxas option, not a macro: the source is the base's, only the cache bits of its loads change.
+  if (tr.load_cache) src.options.push_back(tr.load_cache == 2 ? "-Xptxas=-dlcm=cs" : "-Xptxas=-dlcm=cg");
   src.arch = arch;
   return src;
 }

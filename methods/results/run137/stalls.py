@@ -11,7 +11,10 @@ from pathlib import Path
 HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent
 VARIANTS = sys.argv[2:] if len(sys.argv) > 2 else ["v182", "v185", "v188", "v191"]
 EXTRA = ["smsp__cycles_active.avg", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
-         "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"]
+         "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+         # run 140: where the spill loads and the global loads are served
+         "l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct",
+         "l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct", "lts__t_sector_hit_rate.pct"]
 
 
 def raw(folder, v):
@@ -26,6 +29,6 @@ with tempfile.TemporaryDirectory() as tmp:
 print(f"{'metric':64s} " + " ".join(f"{v:>10s}" for v in VARIANTS))
 names = [k for k in pages["v182"] if "average_warps_issue_stalled" in k and k.endswith("per_issue_active.ratio")]
 for k in names + EXTRA:
-    vals = [float(pages[v][k].replace(",", "")) for v in VARIANTS]
-    if max(vals) >= 0.05:
+    vals = [float(pages[v].get(k, "nan").replace(",", "") or "nan") for v in VARIANTS]
+    if k.endswith(".pct") or not max(vals) < 0.05:  # rates, and NaN (a metric the page lacks), print too
         print(f"{k[-64:]:64s} " + " ".join(f"{x:10.2f}" for x in vals))
