@@ -245,7 +245,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v200") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v206") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -635,7 +635,7 @@ struct SwitchTwins {
   const char* what;
 };
 
-TEST_CASE("v177 to v200: each pair of kernel sets is its bases' with one more switch, nothing else", "[registry]") {
+TEST_CASE("v177 to v206: each pair of kernel sets is its bases' with one more switch, nothing else", "[registry]") {
   for (const SwitchTwins& t :
        {SwitchTwins{"v174", "v175", "v177", "v178", "v179", "-DM3_CP_PAIRED_STORES=1",
                     "bf16 results stored in hardware-packed pairs"},
@@ -649,7 +649,11 @@ TEST_CASE("v177 to v200: each pair of kernel sets is its bases' with one more sw
         SwitchTwins{"v180", "v181", "v192", "v193", "v194", "-DM3_CP_INTER_PARKED=1", "dqr's inter product parked in t1"},
         SwitchTwins{"v180", "v181", "v195", "v196", "v197", "-Xptxas=-dlcm=cs",
                     "ptxas's default loads streaming (evict-first in L1)"},
-        SwitchTwins{"v180", "v181", "v198", "v199", "v200", "-Xptxas=-dlcm=cg", "ptxas's default loads past L1"}}) {
+        SwitchTwins{"v180", "v181", "v198", "v199", "v200", "-Xptxas=-dlcm=cg", "ptxas's default loads past L1"},
+        SwitchTwins{"v195", "v196", "v201", "v202", "v203", "-Xptxas=--register-usage-level=1",
+                    "ptxas's register usage level 1, with streaming loads"},
+        SwitchTwins{"v180", "v181", "v204", "v205", "v206", "-Xptxas=--register-usage-level=1",
+                    "ptxas's register usage level 1"}}) {
     INFO(t.wide << " and " << t.narrow << ": " << t.what);
     check_one_more_forward64_option(t.wide_base, t.wide, t.option);
     check_one_more_option(t.narrow_base, t.narrow, t.option);
@@ -689,7 +693,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v200) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v206) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -709,7 +713,8 @@ TEST_CASE("the waves pickers (v137 to v200) run their wide kernels from two wave
                                         Picker{"v182", "v180", "v181"}, Picker{"v185", "v183", "v184"},
                                         Picker{"v188", "v186", "v187"}, Picker{"v191", "v189", "v190"},
                                         Picker{"v194", "v192", "v193"}, Picker{"v197", "v195", "v196"},
-                                        Picker{"v200", "v198", "v199"}}) {
+                                        Picker{"v200", "v198", "v199"}, Picker{"v203", "v201", "v202"},
+                                        Picker{"v206", "v204", "v205"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -745,7 +750,7 @@ TEST_CASE("the waves pickers (v137 to v200) run their wide kernels from two wave
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
-                           "v199", "v8"}) {
+                           "v199", "v201", "v202", "v204", "v205", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
