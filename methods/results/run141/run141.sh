@@ -17,7 +17,7 @@ timeout 240 python3 tools/bench.py --solver methods/versions/v182/solver.py --so
   --solver methods/versions/v206/solver.py --no-baseline --reps 3 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
 python3 methods/results/bench_table.py $OUT/bench.json
-NCU_VARIANTS="v182 v203 v206" source methods/results/ncu_backward_c01.sh
-(cd /tmp/prof && for v in v182 v203 v206; do echo "$v local-load L1 hit % $(python3 -c "
+NCU_VARIANTS="v182 v203" source methods/results/ncu_backward_c01.sh
+(cd /tmp/prof && for v in v182 v203; do echo "$v local-load L1 hit % $(python3 -c "
 import csv; r=list(csv.reader(open('${v}_raw.csv'))); d=dict(zip(r[0], r[-1]))
 print(d.get('l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct'), 'global', d.get('l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct'))")"; done)
