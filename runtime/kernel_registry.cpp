@@ -448,7 +448,7 @@ int seq_bucket(long long num_seqs) {
 // memory), are the lines L1 keeps. The same instructions but for the cache bits; meant bitwise.
 // v198 and v199: the same with -dlcm=cg (those loads do not allocate in L1 at all).
 // v201 and v202: v195 and v196 compiled with ptxas's --register-usage-level=1, whose allocation
-// leaves the backward 40 bytes of spill slots a thread (v180: 60): 20 KB for two CTAs, inside the
+// leaves the backward 36 bytes of spill slots a thread (v180: 60): 18 KB for two CTAs, inside the
 // about 22 KB of L1 that their shared memory leaves, where run 140 found 30 KB missing it every
 // time. v204 and v205: v180 and v181 with that level alone. Meant bitwise.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,

@@ -2,7 +2,7 @@
 # Run 141 (twenty-eighth session; not run there: the pool refused every start after run 140 until
 # the device time was spent). Run 140 found the backward's spills missing L1 however the global
 # loads are cached: 60 bytes of spill slots a thread, 30 KB for two CTAs, against about 22 KB of L1.
-# ptxas --register-usage-level=1 leaves 40 bytes (20 KB): v201-v203 (with -dlcm=cs, the global loads
+# ptxas --register-usage-level=1 leaves 36 bytes (18 KB): v201-v203 (with -dlcm=cs, the global loads
 # evict-first) and v204-v206 (the level alone). Their GPU tests (bitwise twins, dispatch, waves,
 # forward-only, streams), the bench of v182 beside v203 and v206 (three interleaved passes, pinned)
 # and ncu of the three backwards on c01 (the local loads' L1 hit rate first). Trimmed to v201-v203
