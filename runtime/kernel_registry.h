@@ -69,6 +69,9 @@ bool picks_by_forward64_waves(const OpConfig& config);
 double forward64_waves_of(const OpConfig& config, int64_t jobs, unsigned resident);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
+// The module m3_cp_backward is loaded from: scan_source's, except for the variants (v207 on) whose
+// ptxas options are the backward's alone.
+KernelSource backward_source(const OpConfig& config, int bucket, const std::string& arch = "");
 // The reduce kernels of a configuration with kernels of its own; with wide reductions
 // (M3_REDUCE_WIDE) m3_reduce_heads takes T * N / 4 threads and m3_reduce_partials an (H, 9) grid.
 KernelSource reduce_source(const OpConfig& config, const std::string& arch = "");

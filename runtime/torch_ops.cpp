@@ -100,7 +100,8 @@ CallKernels kernels_for(const OpConfig& config, int bucket, int device, bool cap
     k.cp_forward = &kernel_for(scan_src, k.forward64 ? "m3_cp_forward64" : "m3_cp_forward", k.forward_smem, capturing);
     k.backward_smem = static_cast<unsigned>(backward_smem_bytes(config));
     k.backward64 = uses_backward64(config);
-    k.cp_backward = &kernel_for(scan_src, k.backward64 ? "m3_cp_backward64" : "m3_cp_backward", k.backward_smem, capturing);
+    const KernelSource backward_src = backward_source(config, bucket);
+    k.cp_backward = &kernel_for(backward_src, k.backward64 ? "m3_cp_backward64" : "m3_cp_backward", k.backward_smem, capturing);
     if (uses_backward64q(config) && !k.backward64) {
       k.cp_backward64q = &kernel_for(scan_src, "m3_cp_backward64q", kM3Backward64qSmemBytes, capturing);
       k.cp_backward64q->log_occupancy(static_cast<unsigned>(config.threads), kM3Backward64qSmemBytes);

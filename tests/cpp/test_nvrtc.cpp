@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "../../kernel_src/m3_params.cuh"
@@ -245,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v206") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v209") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -661,6 +662,39 @@ TEST_CASE("v177 to v206: each pair of kernel sets is its bases' with one more sw
   }
 }
 
+TEST_CASE("v207 and v208 take m3_cp_backward from a module of its own with v201's ptxas options, the other "
+          "kernels from v180's and v181's options",
+          "[registry]") {
+  for (const auto& [variant, plain, tuned] :
+       {std::tuple<const char*, const char*, const char*>{"v207", "v180", "v201"}, {"v208", "v181", "v202"}}) {
+    INFO(variant);
+    const OpConfig c = parse_op_config(std::string("variant=") + variant);
+    const KernelSource scan = scan_source(c, 0, "sm_90a"), backward = backward_source(c, 0, "sm_90a");
+    CHECK(scan.options == scan_source(parse_op_config(std::string("variant=") + plain), 0, "sm_90a").options);
+    CHECK(backward.options == scan_source(parse_op_config(std::string("variant=") + tuned), 0, "sm_90a").options);
+    CHECK(has_option(backward, "-Xptxas=--register-usage-level=1"));
+    CHECK(has_option(backward, "-Xptxas=-dlcm=cs"));
+    CHECK(backward.code == scan.code);
+    CHECK(backward.name != scan.name);
+    CHECK(backward.name.find(",backward]") != std::string::npos);
+    // Both modules are warmed for the variant and for its picker, and both are in the full list.
+    for (const auto& specs : {specializations_for({c}, "sm_90a"),
+                              specializations_for({parse_op_config("variant=v209")}, "sm_90a"),
+                              all_specializations("sm_90a")}) {
+      for (const KernelSource* k : {&scan, &backward}) {
+        CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == k->name; }));
+      }
+    }
+  }
+  // Every other variant's backward comes from its scan module.
+  for (const char* v : {"v180", "v181", "v201", "v103", "v8", "v5"}) {
+    INFO(v);
+    const OpConfig c = parse_op_config(std::string("variant=") + v);
+    CHECK(backward_source(c, 8, "sm_90a").name == scan_source(c, 8, "sm_90a").name);
+    CHECK(backward_source(c, 8, "sm_90a").options == scan_source(c, 8, "sm_90a").options);
+  }
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -693,7 +727,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v206) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v209) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -714,7 +748,7 @@ TEST_CASE("the waves pickers (v137 to v206) run their wide kernels from two wave
                                         Picker{"v188", "v186", "v187"}, Picker{"v191", "v189", "v190"},
                                         Picker{"v194", "v192", "v193"}, Picker{"v197", "v195", "v196"},
                                         Picker{"v200", "v198", "v199"}, Picker{"v203", "v201", "v202"},
-                                        Picker{"v206", "v204", "v205"}}) {
+                                        Picker{"v206", "v204", "v205"}, Picker{"v209", "v207", "v208"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -750,7 +784,7 @@ TEST_CASE("the waves pickers (v137 to v206) run their wide kernels from two wave
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
-                           "v199", "v201", "v202", "v204", "v205", "v8"}) {
+                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
