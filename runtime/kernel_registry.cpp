@@ -444,10 +444,10 @@ int seq_bucket(long long num_seqs) {
 // (M3_CP_INTER_PARKED); meant bitwise.
 // v195 and v196: v180 and v181 compiled with ptxas's default load caching set to streaming
 // (-dlcm=cs: the global loads without an explicit cache operator allocate in L1 as evict-first),
-// so that the backward's register spills, which run 138 found missing L1 on every load (the
-// staging's 240 KB of global lines a job sweep the 22 KB of L1 left beside two CTAs' shared
-// memory), are the lines L1 keeps. The same instructions but for the cache bits; meant bitwise.
-// v198 and v199: the same with -dlcm=cg (those loads do not allocate in L1 at all).
+// meant to keep the backward's register spills, which run 138 found missing L1 on every load, in
+// the 22 KB of L1 left beside two CTAs' shared memory. The same instructions but for the cache
+// bits; meant bitwise. v198 and v199: the same with -dlcm=cg (those loads do not allocate in L1 at
+// all). Run 140: the spills missed L1 under both, their own 30 KB of slots being more than it holds.
 // v201 and v202: v195 and v196 compiled with ptxas's --register-usage-level=1, whose allocation
 // leaves the backward 36 bytes of spill slots a thread (v180: 60): 18 KB for two CTAs, inside the
 // about 22 KB of L1 that their shared memory leaves, where run 140 found 30 KB missing it every
@@ -459,7 +459,8 @@ int seq_bucket(long long num_seqs) {
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
-// v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194, v197, v200, v203, v206 and v209 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
+// v197, v200, v203, v206 and v209 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
