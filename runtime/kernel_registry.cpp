@@ -982,6 +982,15 @@ void append_unique(std::vector<KernelSource>& specs, KernelSource src) {
   const bool seen = std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == src.name; });
   if (!seen) specs.push_back(std::move(src));
 }
+
+// The scan modules of a configuration with kernels of its own, one per sequence bucket (one in all
+// for the chunk-parallel variants), and the backward's own where it has one (v207 on).
+void append_scan_sources(std::vector<KernelSource>& specs, const OpConfig& c, const std::string& arch) {
+  for (int b : kBuckets) {
+    append_unique(specs, scan_source(c, b, arch));
+    append_unique(specs, backward_source(c, b, arch));
+  }
+}
 }  // namespace
 
 std::vector<KernelSource> all_specializations(const std::string& arch) {
@@ -993,8 +1002,7 @@ std::vector<KernelSource> all_specializations(const std::string& arch) {
   all.push_back(smoke);
   for (const auto& c : known_configs()) {
     if (dispatch_only(c)) continue;
-    for (int b : kBuckets) append_unique(all, scan_source(c, b, arch));  // one for chunk-parallel variants
-    for (int b : kBuckets) append_unique(all, backward_source(c, b, arch));  // scan_source's but for v207 on
+    append_scan_sources(all, c, arch);
   }
   // Many variants share a reduce specialisation (the block size and the reduce switches name it).
   for (const auto& c : known_configs()) {
@@ -1011,8 +1019,7 @@ std::vector<KernelSource> specializations_for(const std::vector<OpConfig>& confi
     for (const OpConfig& c :
          {resolve_kernels(config, kExactProductsAboveLen), resolve_kernels(config, kExactProductsAboveLen + 1),
           resolve_kernels(config, kExactProductsAboveLen, 0.0)}) {
-      for (int b : kBuckets) append_unique(specs, scan_source(c, b, arch));
-      for (int b : kBuckets) append_unique(specs, backward_source(c, b, arch));
+      append_scan_sources(specs, c, arch);
       append_unique(specs, reduce_source(c, arch));
     }
   }
