@@ -11,6 +11,11 @@
 set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
+# The dispatcher loads m3_cp_backward through backward_source since cba67c0: the default's tests and
+# the selfcheck on this tree first.
+source methods/results/default_gpu_tests.sh
+timeout 200 python3 tools/selfcheck.py --json $OUT/selfcheck.json > $OUT/selfcheck.log 2>&1
+echo "selfcheck rc=$? $(( $(date +%s)-t0 ))s: $(tail -n 1 $OUT/selfcheck.log)"
 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
   tests/python/test_streams_graphs_gpu.py -k "v201 or v202 or v203 or v204 or v205 or v206 or v207 or v208 or v209" \
   > $OUT/tests.log 2>&1
