@@ -5,7 +5,8 @@
 # 22 KB of L1. ptxas --register-usage-level=1 leaves 9 (36 bytes, 18 KB): v201-v203 (with -dlcm=cs,
 # the global loads evict-first), v204-v206 (the level alone), v207-v209 (v201's two options for
 # m3_cp_backward's own module, the forward without them). Their GPU tests (bitwise twins, dispatch,
-# waves, forward-only, streams), ncu of the backward on c01 for v182, v203 and v209 (the local
+# waves, forward-only, streams), ncu of the backward on c01 for v209 (its backward is v203's; v182's
+# local hit rate is run 140's 0.00%), the local
 # loads' L1 hit rate first), and the bench of v182 beside v203, v206 and v209 (three interleaved passes,
 # pinned; run before the profiles, so a short device lease still brings it back). Carry ["scratch", ".deps"].
 set -uo pipefail
@@ -26,7 +27,7 @@ timeout 300 python3 tools/bench.py --solver methods/versions/v182/solver.py --so
   --no-baseline --reps 3 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
 python3 methods/results/bench_table.py $OUT/bench.json
-NCU_VARIANTS="v182 v203 v209" source methods/results/ncu_backward_c01.sh
-(cd /tmp/prof && for v in v182 v203 v209; do echo "$v local-load L1 hit % $(python3 -c "
+NCU_VARIANTS="v209" source methods/results/ncu_backward_c01.sh
+(cd /tmp/prof && for v in v209; do echo "$v local-load L1 hit % $(python3 -c "
 import csv; r=list(csv.reader(open('${v}_raw.csv'))); d=dict(zip(r[0], r[-1]))
 print(d.get('l1tex__t_sector_pipe_lsu_mem_local_op_ld_hit_rate.pct'), 'global', d.get('l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct'))")"; done)
