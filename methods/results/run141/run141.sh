@@ -5,10 +5,11 @@
 # 22 KB of L1. ptxas --register-usage-level=1 leaves 9 (36 bytes, 18 KB): v201-v203 (with -dlcm=cs,
 # the global loads evict-first), v204-v206 (the level alone), v207-v209 (v201's two options for
 # m3_cp_backward's own module, the forward without them). Their GPU tests (bitwise twins, dispatch,
-# waves, forward-only, streams), ncu of the backward on c01 for v209 (its backward is v203's; v182's
-# local hit rate is run 140's 0.00%), the local
-# loads' L1 hit rate first), and the bench of v182 beside v203, v206 and v209 (three interleaved passes,
-# pinned; run before the profiles, so a short device lease still brings it back). Carry ["scratch", ".deps"].
+# waves, forward-only, streams), the bench of v182 beside v203, v206 and v209 (three interleaved
+# passes, pinned), then ncu of the backward on c01 for v209 alone (the local loads' L1 hit rate
+# first; its backward is v203's kernel with the same options, v182's hit rate is run 140's 0.00%).
+# The bench comes before the profile so that a short device lease still brings it back.
+# Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
