@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run 141 (written in the twenty-eighth session, not run there: the pool refused every start after
-# run 140 until the device time was spent). Run 140 found the backward's spills missing L1 however
+# Run 141 (written in the twenty-eighth session, not run there nor in the twenty-ninth: the pool
+# refused every start until the device time was spent; the twenty-ninth reordered it for a short
+# lease and warms its kernels beforehand, see prologue.sh on scratch/jc). Run 140 found the backward's spills missing L1 however
 # the global loads are cached: 15 spill slots a thread (60 bytes), 30 KB for two CTAs, against about
 # 22 KB of L1. ptxas --register-usage-level=1 leaves 9 (36 bytes, 18 KB): v201-v203 (with -dlcm=cs,
 # the global loads evict-first), v204-v206 (the level alone), v207-v209 (v201's two options for
