@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Run 141 (written in the twenty-eighth session, not run there nor in the twenty-ninth: the pool
 # refused every start until the device time was spent; the twenty-ninth reordered it for a short
-# lease and warms its kernels beforehand, see prologue.sh on scratch/jc). Run 140 found the backward's spills missing L1 however
-# the global loads are cached: 15 spill slots a thread (60 bytes), 30 KB for two CTAs, against about
-# 22 KB of L1. ptxas --register-usage-level=1 leaves 9 (36 bytes, 18 KB): v201-v203 (with -dlcm=cs,
-# the global loads evict-first), v204-v206 (the level alone), v207-v209 (v201's two options for
-# m3_cp_backward's own module, the forward without them). In the order of what a short device lease
-# must bring back first: the selfcheck of the default (the dispatcher loads m3_cp_backward through
-# backward_source since cba67c0), the bench of v182 beside v203, v206 and v209 (three interleaved
-# passes, pinned), the GPU tests of v201-v209 (bitwise twins, dispatch, waves, forward-only,
-# streams), the default's GPU tests, then ncu of the backward on c01 for v209 alone (the local
-# loads' L1 hit rate first; its backward is v203's kernel, the same SASS; v182's hit rate is run
-# 140's 0.00%).
+# lease and warms its kernels beforehand, see prologue.sh on scratch/jc). Run 140 found the
+# backward's spills missing L1 however the global loads are cached: 15 spill slots a thread (60
+# bytes), 30 KB for two CTAs, against about 22 KB of L1. ptxas --register-usage-level=1 leaves 9 (36
+# bytes, 18 KB): v201-v203 (with -dlcm=cs, the global loads evict-first), v204-v206 (the level
+# alone), v207-v209 (v201's two options for m3_cp_backward's own module, the forward without them).
+# In the order of what a short device lease must bring back first: the selfcheck of the default (the
+# dispatcher loads m3_cp_backward through backward_source since cba67c0), the bench of v182 beside
+# v203, v206 and v209 (three interleaved passes, pinned), the GPU tests of v201-v209 (bitwise twins,
+# dispatch, waves, forward-only, streams), the default's GPU tests, then ncu of the backward on c01
+# for v209 alone (the local loads' L1 hit rate first; its backward is v203's kernel, the same SASS;
+# v182's hit rate is run 140's 0.00%).
 # Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
