@@ -7,5 +7,5 @@
 [ -d /tmp/deps ] || for f in .deps/*.deb; do dpkg -x $f /tmp/deps; done
 export CMAKE_PREFIX_PATH=/tmp/deps/usr:/tmp/deps/usr/lib/x86_64-linux-gnu/cmake:${CMAKE_PREFIX_PATH:-}
 export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
-[ -d scratch/jc ] && mkdir -p /tmp/jc && cp -r scratch/jc/. /tmp/jc/
+if [ -d scratch/jc ]; then mkdir -p /tmp/jc && cp -r scratch/jc/. /tmp/jc/; fi
 t0=$(date +%s)
