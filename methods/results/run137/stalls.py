@@ -1,7 +1,8 @@
 """Run 137's four backward profiles side by side: stall ratios (warps stalled per issue), spill
 sectors and the shared wavefronts, from the raw pages in profiles.tgz.
 Usage: python3 methods/results/run137/stalls.py (unpacks profiles.tgz into a temporary folder);
-another run's profiles: python3 methods/results/run137/stalls.py methods/results/run138 v182 v194."""
+another run's profiles: python3 methods/results/run137/stalls.py methods/results/run138 v182 v194;
+a profile of a third run beside them as FOLDER:vN (methods/results/run140:v182)."""
 import csv
 import sys
 import tarfile
@@ -22,12 +23,17 @@ def raw(folder, v):
     return dict(zip(rows[0], rows[-1]))
 
 
-with tempfile.TemporaryDirectory() as tmp:
-    with tarfile.open(HERE / "profiles.tgz") as tar:
-        tar.extractall(tmp)
-    pages = {v: raw(Path(tmp), v) for v in VARIANTS}
+def page(spec):
+    folder, _, v = spec.rpartition(":")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open((Path(folder).resolve() if folder else HERE) / "profiles.tgz") as tar:
+            tar.extractall(tmp)
+        return raw(Path(tmp), v)
+
+
+pages = {v: page(v) for v in VARIANTS}
 print(f"{'metric':64s} " + " ".join(f"{v:>10s}" for v in VARIANTS))
-names = [k for k in pages["v182"] if "average_warps_issue_stalled" in k and k.endswith("per_issue_active.ratio")]
+names = [k for k in pages[VARIANTS[0]] if "average_warps_issue_stalled" in k and k.endswith("per_issue_active.ratio")]
 for k in names + EXTRA:
     vals = [float(pages[v].get(k, "nan").replace(",", "") or "nan") for v in VARIANTS]
     if k.endswith(".pct") or not max(vals) < 0.05:  # rates, and NaN (a metric the page lacks), print too
