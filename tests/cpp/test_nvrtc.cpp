@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v209") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v212") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -695,6 +695,26 @@ TEST_CASE("v207 and v208 take m3_cp_backward from a module of its own with v201'
   }
 }
 
+TEST_CASE("v210 and v211 are v180 and v181 compiled with -ftz=true -prec-div=false, nothing else", "[registry]") {
+  for (const auto& [variant, base] : {std::pair<const char*, const char*>{"v210", "v180"}, {"v211", "v181"}}) {
+    INFO(variant);
+    const OpConfig c = parse_op_config(std::string("variant=") + variant);
+    const OpConfig b = parse_op_config(std::string("variant=") + base);
+    std::vector<std::string> expected = scan_source(b, 0, "sm_90a").options;
+    expected.insert(expected.end(), {"-ftz=true", "-prec-div=false"});
+    CHECK(scan_source(c, 0, "sm_90a").options == expected);
+    CHECK(scan_source(c, 0, "sm_90a").code == scan_source(b, 0, "sm_90a").code);
+    // One module: the backward is the scan module's, and the reduce is the base's (one cache entry).
+    CHECK(backward_source(c, 0, "sm_90a").name == scan_source(c, 0, "sm_90a").name);
+    CHECK(reduce_source(c).options == reduce_source(b).options);
+    CHECK(uses_forward64(c) == uses_forward64(b));
+    CHECK(forward_smem_bytes(c) == forward_smem_bytes(b));
+    CHECK(backward_smem_bytes(c) == backward_smem_bytes(b));
+  }
+  CHECK(resolve_kernels(parse_op_config("variant=v212"), 1).variant == "v210");
+  CHECK(resolve_kernels(parse_op_config("variant=v212"), 1, 1.0).variant == "v211");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -727,7 +747,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v209) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v212) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -748,7 +768,8 @@ TEST_CASE("the waves pickers (v137 to v209) run their wide kernels from two wave
                                         Picker{"v188", "v186", "v187"}, Picker{"v191", "v189", "v190"},
                                         Picker{"v194", "v192", "v193"}, Picker{"v197", "v195", "v196"},
                                         Picker{"v200", "v198", "v199"}, Picker{"v203", "v201", "v202"},
-                                        Picker{"v206", "v204", "v205"}, Picker{"v209", "v207", "v208"}}) {
+                                        Picker{"v206", "v204", "v205"}, Picker{"v209", "v207", "v208"},
+                                        Picker{"v212", "v210", "v211"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -784,7 +805,7 @@ TEST_CASE("the waves pickers (v137 to v209) run their wide kernels from two wave
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
-                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v8"}) {
+                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
