@@ -198,7 +198,18 @@ M3_DEV float m3_dy_sigmoidf(float x) {
 #ifndef M3_SINCOS_OUTLINE
 #define M3_SINCOS_OUTLINE 0
 #endif
-#if M3_SINCOS_OUTLINE
+// M3_SINCOS_WIDE (v213): the fast path for every angle. Its reduction (k = rint(x / 2 pi), then x
+// less k times a two-part 2 pi by fused multiply-adds) stays within about 5e-7 of the exact one
+// while k is an exact integer, |x| up to 2^24 2 pi (about 1e8), far past 8192; beyond that an fp32
+// angle's own spacing (8 rad at 1e8) already leaves its sine meaningless. With no slow path, no
+// call site: the backward had 16 (the outlined sincosf), each a call's registers to keep.
+#ifndef M3_SINCOS_WIDE
+#define M3_SINCOS_WIDE 0
+#endif
+#if M3_SINCOS_WIDE && !M3_FAST_SINCOS
+#error "M3_SINCOS_WIDE widens M3_FAST_SINCOS's path"
+#endif
+#if M3_SINCOS_OUTLINE && !M3_SINCOS_WIDE
 // By value, so that the caller's sin and cos stay in registers (a pointer to them would put them
 // in local memory on the fast path too).
 __device__ __noinline__ float2 m3_sincos_large(float x) {
@@ -209,14 +220,16 @@ __device__ __noinline__ float2 m3_sincos_large(float x) {
 #endif
 M3_DEV void m3_sincos(float x, float* sn, float* cs) {
 #if M3_FAST_SINCOS
-  if (fabsf(x) <= 8192.f) {
+  if (M3_SINCOS_WIDE || fabsf(x) <= 8192.f) {
     const float k = rintf(x * 0.159154943091895335769f);
     const float r = fmaf(-k, -1.74845553e-7f, fmaf(-k, 6.28318548f, x));
     __sincosf(r, sn, cs);
     return;
   }
 #endif
-#if M3_SINCOS_OUTLINE
+#if M3_SINCOS_WIDE
+  // Not reached: the fast path above takes every angle.
+#elif M3_SINCOS_OUTLINE
   const float2 v = m3_sincos_large(x);
   *sn = v.x;
   *cs = v.y;

@@ -119,7 +119,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v206", 32, 256}, OpConfig{"v207", 32, 256},
                                                 OpConfig{"v208", 32, 256}, OpConfig{"v209", 32, 256},
                                                 OpConfig{"v210", 32, 256}, OpConfig{"v211", 32, 256},
-                                                OpConfig{"v212", 32, 256}};
+                                                OpConfig{"v212", 32, 256}, OpConfig{"v213", 32, 256},
+                                                OpConfig{"v214", 32, 256}, OpConfig{"v215", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -178,7 +179,7 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v194", "v192", "v8", "v193"}, {"v197", "v195", "v8", "v196"},
                               {"v200", "v198", "v8", "v199"}, {"v203", "v201", "v8", "v202"},
                               {"v206", "v204", "v8", "v205"}, {"v209", "v207", "v8", "v208"},
-                              {"v212", "v210", "v8", "v211"}};
+                              {"v212", "v210", "v8", "v211"}, {"v215", "v213", "v8", "v214"}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -464,12 +465,17 @@ int seq_bucket(long long num_seqs) {
 // the module is smaller with nothing spilled more: the backward 6,864 -> 6,552 instructions (LDL/STL
 // 16/15 -> 15/12), the chunk-64 forward 4,840 -> 4,560, the chunk-32 forward 3,320 -> 3,176. Not
 // bitwise: within rounding of v180's and v181's results.
+// v213 and v214: v210 and v211 whose forward kernels take M3_FAST_SINCOS's path for every angle
+// (M3_SINCOS_WIDE: no call to the outlined sincosf, whose call sites cost the chunk-64 forward its
+// spills, LDL/STL 3/2 -> 0/0, and 6% of its instructions); m3_cp_backward comes from a module of
+// its own without the switch (backward_source), since there ptxas spilled twice as much with it
+// (15/12 -> 30/22). Bitwise v210's and v211's wherever every angle is within 8192 rad.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209 and v212 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212 and v215 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -477,7 +483,7 @@ int seq_bucket(long long num_seqs) {
 // v176 v174's, or v175's; v179 v177's, or v178's; v182 v180's, or v181's; v185 v183's, or
 // v184's; v188 v186's, or v187's; v191 v189's, or v190's; v194 v192's, or v193's; v197 v195's, or
 // v196's; v200 v198's, or v199's; v203 v201's, or v202's; v206 v204's, or v205's; v209 v207's, or
-// v208's; v212 v210's, or v211's.
+// v208's; v212 v210's, or v211's; v215 v213's, or v214's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -562,6 +568,7 @@ struct VariantTraits {
   int register_usage_level = -1;    // v201, v204: ptxas's level; -1 its default
   bool ptxas_backward_only = false; // v207: the two above in m3_cp_backward's own module only
   bool ftz_approx_div = false;      // v210: NVRTC's -ftz=true -prec-div=false
+  bool wide_sincos_forward = false; // v213: M3_SINCOS_WIDE, but not in m3_cp_backward's module
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -698,7 +705,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v207", "v201", &VariantTraits::ptxas_backward_only},
                                     {"v208", "v202", &VariantTraits::ptxas_backward_only},
                                     {"v210", "v180", &VariantTraits::ftz_approx_div},
-                                    {"v211", "v181", &VariantTraits::ftz_approx_div}};
+                                    {"v211", "v181", &VariantTraits::ftz_approx_div},
+                                    {"v213", "v210", &VariantTraits::wide_sincos_forward},
+                                    {"v214", "v211", &VariantTraits::wide_sincos_forward}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -787,6 +796,8 @@ double forward64_waves_of(const OpConfig& c, int64_t jobs, unsigned resident) {
 }
 
 namespace {
+constexpr const char* kWideSincos = "-DM3_SINCOS_WIDE=1";  // v213
+
 // ptxas options, not macros: the source is the variant's base's, only the code ptxas makes of it
 // changes (v195 on).
 void append_ptxas_options(const VariantTraits& tr, KernelSource& src) {
@@ -887,6 +898,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.inter_parked) src.options.push_back("-DM3_CP_INTER_PARKED=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
+  if (tr.wide_sincos_forward) src.options.push_back(kWideSincos);
   if (!tr.ptxas_backward_only) append_ptxas_options(tr, src);
   src.arch = arch;
   return src;
@@ -899,6 +911,12 @@ KernelSource backward_source(const OpConfig& c, int bucket, const std::string& a
     // The same text and macros; only m3_cp_backward is taken from this module.
     src.name.insert(src.name.size() - 1, ",backward");
     append_ptxas_options(tr, src);
+  }
+  if (tr.wide_sincos_forward) {
+    // The base's module (its options exactly, so the same cache key and cubin): only
+    // m3_cp_backward is taken from it.
+    src.name.insert(src.name.size() - 1, ",backward");
+    src.options.erase(std::remove(src.options.begin(), src.options.end(), kWideSincos), src.options.end());
   }
   return src;
 }

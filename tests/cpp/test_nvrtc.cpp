@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v212") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v215") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -715,6 +715,26 @@ TEST_CASE("v210 and v211 are v180 and v181 compiled with -ftz=true -prec-div=fal
   CHECK(resolve_kernels(parse_op_config("variant=v212"), 1, 1.0).variant == "v211");
 }
 
+TEST_CASE("v213 and v214 are v210 and v211 with M3_SINCOS_WIDE, their backward v210's and v211's module",
+          "[registry]") {
+  for (const auto& [variant, base] : {std::pair<const char*, const char*>{"v213", "v210"}, {"v214", "v211"}}) {
+    INFO(variant);
+    const OpConfig c = parse_op_config(std::string("variant=") + variant);
+    const OpConfig b = parse_op_config(std::string("variant=") + base);
+    check_one_more_option(base, variant, "-DM3_SINCOS_WIDE=1");
+    const KernelSource backward = backward_source(c, 0, "sm_90a"), plain = scan_source(b, 0, "sm_90a");
+    // The base's options and text exactly: the same cache key, so one cubin serves both.
+    CHECK(backward.options == plain.options);
+    CHECK(backward.code == plain.code);
+    CHECK(backward.name != scan_source(c, 0, "sm_90a").name);
+    CHECK(backward.name.find(",backward]") != std::string::npos);
+    const auto specs = specializations_for({parse_op_config("variant=v215")}, "sm_90a");
+    CHECK(std::any_of(specs.begin(), specs.end(), [&](const KernelSource& s) { return s.name == backward.name; }));
+  }
+  CHECK(resolve_kernels(parse_op_config("variant=v215"), 1).variant == "v213");
+  CHECK(resolve_kernels(parse_op_config("variant=v215"), 1, 1.0).variant == "v214");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -747,7 +767,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v212) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v215) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -769,7 +789,7 @@ TEST_CASE("the waves pickers (v137 to v212) run their wide kernels from two wave
                                         Picker{"v194", "v192", "v193"}, Picker{"v197", "v195", "v196"},
                                         Picker{"v200", "v198", "v199"}, Picker{"v203", "v201", "v202"},
                                         Picker{"v206", "v204", "v205"}, Picker{"v209", "v207", "v208"},
-                                        Picker{"v212", "v210", "v211"}}) {
+                                        Picker{"v212", "v210", "v211"}, Picker{"v215", "v213", "v214"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -805,7 +825,7 @@ TEST_CASE("the waves pickers (v137 to v212) run their wide kernels from two wave
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
-                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v8"}) {
+                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
