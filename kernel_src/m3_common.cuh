@@ -199,10 +199,11 @@ M3_DEV float m3_dy_sigmoidf(float x) {
 #define M3_SINCOS_OUTLINE 0
 #endif
 // M3_SINCOS_WIDE (v213): the fast path for every angle. Its reduction (k = rint(x / 2 pi), then x
-// less k times a two-part 2 pi by fused multiply-adds) stays within about 5e-7 of the exact one
-// while k is an exact integer, |x| up to 2^24 2 pi (about 1e8), far past 8192; beyond that an fp32
-// angle's own spacing (8 rad at 1e8) already leaves its sine meaningless. With no slow path, no
-// call site: the backward had 16 (the outlined sincosf), each a call's registers to keep.
+// less k times a two-part 2 pi by fused multiply-adds) keeps the sine within 2e-7 up to 1e7 rad and
+// 5e-7 up to 1e8 (tests/python/test_sincos_reduction.py models it), though k's rounding leaves the
+// reduced angle past pi there (by up to 0.8 rad at 1e7); past about 1e9 rad an fp32 angle's own
+// spacing (64 rad) leaves its sine meaningless anyway. With no slow path, no call site: the
+// forward kernels lose their spills (the chunk-64 forward's LDL/STL 3/2 -> 0/0).
 #ifndef M3_SINCOS_WIDE
 #define M3_SINCOS_WIDE 0
 #endif
