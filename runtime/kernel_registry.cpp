@@ -907,15 +907,12 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
 KernelSource backward_source(const OpConfig& c, int bucket, const std::string& arch) {
   KernelSource src = scan_source(c, bucket, arch);
   const VariantTraits& tr = kernel_traits(c);
-  if (tr.ptxas_backward_only) {
-    // The same text and macros; only m3_cp_backward is taken from this module.
-    src.name.insert(src.name.size() - 1, ",backward");
-    append_ptxas_options(tr, src);
-  }
+  if (!tr.ptxas_backward_only && !tr.wide_sincos_forward) return src;
+  // The same text; only m3_cp_backward is taken from this module.
+  src.name.insert(src.name.size() - 1, ",backward");
+  if (tr.ptxas_backward_only) append_ptxas_options(tr, src);
+  // The base's options exactly, so the same cache key and cubin as the base's module.
   if (tr.wide_sincos_forward) {
-    // The base's module (its options exactly, so the same cache key and cubin): only
-    // m3_cp_backward is taken from it.
-    src.name.insert(src.name.size() - 1, ",backward");
     src.options.erase(std::remove(src.options.begin(), src.options.end(), kWideSincos), src.options.end());
   }
   return src;

@@ -69,8 +69,9 @@ bool picks_by_forward64_waves(const OpConfig& config);
 double forward64_waves_of(const OpConfig& config, int64_t jobs, unsigned resident);
 
 KernelSource scan_source(const OpConfig& config, int bucket, const std::string& arch = "");
-// The module m3_cp_backward is loaded from: scan_source's, except for the variants (v207 on) whose
-// ptxas options are the backward's alone.
+// The module m3_cp_backward is loaded from: scan_source's, except for the variants whose ptxas
+// options are the backward's alone (v207, v208) and those whose M3_SINCOS_WIDE is the forward's
+// alone (v213, v214).
 KernelSource backward_source(const OpConfig& config, int bucket, const std::string& arch = "");
 // The reduce kernels of a configuration with kernels of its own; with wide reductions
 // (M3_REDUCE_WIDE) m3_reduce_heads takes T * N / 4 threads and m3_reduce_partials an (H, 9) grid.

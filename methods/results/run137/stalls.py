@@ -23,15 +23,16 @@ def raw(folder, v):
     return dict(zip(rows[0], rows[-1]))
 
 
-def page(spec):
-    folder, _, v = spec.rpartition(":")
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open((Path(folder).resolve() if folder else HERE) / "profiles.tgz") as tar:
-            tar.extractall(tmp)
-        return raw(Path(tmp), v)
-
-
-pages = {v: page(v) for v in VARIANTS}
+pages = {}
+with tempfile.TemporaryDirectory() as tmp:
+    unpacked = {}  # each run's profiles.tgz once, however many of its variants are read
+    for spec in VARIANTS:
+        folder, _, v = spec.rpartition(":")
+        if folder not in unpacked:
+            unpacked[folder] = Path(tmp) / str(len(unpacked))
+            with tarfile.open((Path(folder).resolve() if folder else HERE) / "profiles.tgz") as tar:
+                tar.extractall(unpacked[folder])
+        pages[spec] = raw(unpacked[folder], v)
 print(f"{'metric':64s} " + " ".join(f"{v:>10s}" for v in VARIANTS))
 names = [k for k in pages[VARIANTS[0]] if "average_warps_issue_stalled" in k and k.endswith("per_issue_active.ratio")]
 for k in names + EXTRA:
