@@ -524,6 +524,26 @@ M3_DEV int frag_col(int w) { return M3_CP_FULL_SECTORS ? ((w & 3) << 1) | (w >> 
 // v's component s, for an s the unrolled loops know at compile time.
 M3_DEV float quad_at(const float4& v, int s) { return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w; }
 
+// M3_OPAQUE_TILE_TID (v216): every MmaTile reads its thread index afresh (a volatile read the
+// compiler may not merge), so two products that address the same rows in different phases each
+// derive their own addresses instead of holding the first product's across the phases between,
+// which ptxas spilled in v210's backward (eight shared-memory addresses stored at the state
+// update's product and reloaded by the inter product's).
+#ifndef M3_OPAQUE_TILE_TID
+#define M3_OPAQUE_TILE_TID 0
+#endif
+#if M3_OPAQUE_TILE_TID
+M3_DEV int m3_tile_tid() {
+#if M3_OPAQUE_TILE_TID == 2
+  return threadIdx.x;
+#else
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+#endif
+}
+#endif
+
 template <int M, int NC, int NT>
 struct MmaTile {
   static_assert(NT == 256, "MmaTile lays 8 warps out 2 x 4");
@@ -536,7 +556,11 @@ struct MmaTile {
   int m0, n0, g, t;
 
   M3_DEV MmaTile() {
+#if M3_OPAQUE_TILE_TID
+    const int tid = m3_tile_tid(), warp = tid >> 5, lane = tid & 31;
+#else
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#endif
     m0 = (warp >> 2) * WM;
     n0 = (warp & 3) * WN;
     g = lane >> 2;

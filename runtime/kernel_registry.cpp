@@ -120,7 +120,10 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v208", 32, 256}, OpConfig{"v209", 32, 256},
                                                 OpConfig{"v210", 32, 256}, OpConfig{"v211", 32, 256},
                                                 OpConfig{"v212", 32, 256}, OpConfig{"v213", 32, 256},
-                                                OpConfig{"v214", 32, 256}, OpConfig{"v215", 32, 256}};
+                                                OpConfig{"v214", 32, 256}, OpConfig{"v215", 32, 256},
+                                                OpConfig{"v216", 32, 256}, OpConfig{"v217", 32, 256},
+                                                OpConfig{"v218", 32, 256}, OpConfig{"v219", 32, 256},
+                                                OpConfig{"v220", 32, 256}, OpConfig{"v221", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -179,7 +182,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v194", "v192", "v8", "v193"}, {"v197", "v195", "v8", "v196"},
                               {"v200", "v198", "v8", "v199"}, {"v203", "v201", "v8", "v202"},
                               {"v206", "v204", "v8", "v205"}, {"v209", "v207", "v8", "v208"},
-                              {"v212", "v210", "v8", "v211"}, {"v215", "v213", "v8", "v214"}};
+                              {"v212", "v210", "v8", "v211"}, {"v215", "v213", "v8", "v214"},
+                              {"v218", "v216", "v8", "v217"}, {"v221", "v219", "v8", "v220"}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -470,12 +474,21 @@ int seq_bucket(long long num_seqs) {
 // spills, LDL/STL 3/2 -> 0/0, and 6% of its instructions); m3_cp_backward comes from a module of
 // its own without the switch (backward_source), since there ptxas spilled twice as much with it
 // (15/12 -> 30/22). Bitwise v210's and v211's wherever every angle is within 8192 rad.
+// v216 and v217: v210 and v211 whose MmaTiles read their thread index through a volatile asm
+// (M3_OPAQUE_TILE_TID), so that no two products share lane-derived addresses across the phases
+// between them: ptxas had kept eight of the state update's shared-memory addresses for the inter
+// product, spilled. In SASS (CPU) the backward 6,552 -> 6,448 instructions, stack 80 -> 48 bytes,
+// LDL/STL 15/12 -> 12/6; the chunk-32 forward 125 -> 118 registers. Bitwise v210's and v211's.
+// v219 and v220: v216 and v217 with M3_SINCOS_WIDE in every kernel, the backward's too, which
+// without the opaque index spilled twice as much and with it spills least: stack 24 bytes, LDL/STL
+// 11/6, 6,240 instructions; the chunk-64 and chunk-32 forwards without spills. Bitwise v210's and
+// v211's wherever every angle is within 8192 rad.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212 and v215 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218 and v221 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -483,7 +496,8 @@ int seq_bucket(long long num_seqs) {
 // v176 v174's, or v175's; v179 v177's, or v178's; v182 v180's, or v181's; v185 v183's, or
 // v184's; v188 v186's, or v187's; v191 v189's, or v190's; v194 v192's, or v193's; v197 v195's, or
 // v196's; v200 v198's, or v199's; v203 v201's, or v202's; v206 v204's, or v205's; v209 v207's, or
-// v208's; v212 v210's, or v211's; v215 v213's, or v214's.
+// v208's; v212 v210's, or v211's; v215 v213's, or v214's; v218 v216's, or v217's; v221 v219's, or
+// v220's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -569,6 +583,8 @@ struct VariantTraits {
   bool ptxas_backward_only = false; // v207: the two above in m3_cp_backward's own module only
   bool ftz_approx_div = false;      // v210: NVRTC's -ftz=true -prec-div=false
   bool wide_sincos_forward = false; // v213: M3_SINCOS_WIDE, but not in m3_cp_backward's module
+  bool opaque_tile_tid = false;     // v216: M3_OPAQUE_TILE_TID
+  bool wide_sincos = false;         // v219: M3_SINCOS_WIDE in every kernel
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -707,7 +723,11 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v210", "v180", &VariantTraits::ftz_approx_div},
                                     {"v211", "v181", &VariantTraits::ftz_approx_div},
                                     {"v213", "v210", &VariantTraits::wide_sincos_forward},
-                                    {"v214", "v211", &VariantTraits::wide_sincos_forward}};
+                                    {"v214", "v211", &VariantTraits::wide_sincos_forward},
+                                    {"v216", "v210", &VariantTraits::opaque_tile_tid},
+                                    {"v217", "v211", &VariantTraits::opaque_tile_tid},
+                                    {"v219", "v216", &VariantTraits::wide_sincos},
+                                    {"v220", "v217", &VariantTraits::wide_sincos}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -898,7 +918,8 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.inter_parked) src.options.push_back("-DM3_CP_INTER_PARKED=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
-  if (tr.wide_sincos_forward) src.options.push_back(kWideSincos);
+  if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=1");
+  if (tr.wide_sincos_forward || tr.wide_sincos) src.options.push_back(kWideSincos);
   if (!tr.ptxas_backward_only) append_ptxas_options(tr, src);
   src.arch = arch;
   return src;

@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v215") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v221") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -735,6 +735,26 @@ TEST_CASE("v213 and v214 are v210 and v211 with M3_SINCOS_WIDE, their backward v
   CHECK(resolve_kernels(parse_op_config("variant=v215"), 1, 1.0).variant == "v214");
 }
 
+TEST_CASE("v216 and v217 are v210 and v211 with the opaque tile index; v219 and v220 add M3_SINCOS_WIDE to every "
+          "kernel, the backward's too",
+          "[registry]") {
+  check_one_more_option("v210", "v216", "-DM3_OPAQUE_TILE_TID=1");
+  check_one_more_option("v211", "v217", "-DM3_OPAQUE_TILE_TID=1");
+  check_one_more_option("v216", "v219", "-DM3_SINCOS_WIDE=1");
+  check_one_more_option("v217", "v220", "-DM3_SINCOS_WIDE=1");
+  for (const char* variant : {"v216", "v217", "v219", "v220"}) {
+    INFO(variant);
+    const OpConfig c = parse_op_config(std::string("variant=") + variant);
+    // One module: the backward is compiled with the forward's options.
+    CHECK(backward_source(c, 0, "sm_90a").name == scan_source(c, 0, "sm_90a").name);
+    CHECK(backward_source(c, 0, "sm_90a").options == scan_source(c, 0, "sm_90a").options);
+  }
+  CHECK(resolve_kernels(parse_op_config("variant=v218"), 1).variant == "v216");
+  CHECK(resolve_kernels(parse_op_config("variant=v218"), 1, 1.0).variant == "v217");
+  CHECK(resolve_kernels(parse_op_config("variant=v221"), 1).variant == "v219");
+  CHECK(resolve_kernels(parse_op_config("variant=v221"), 1, 1.0).variant == "v220");
+}
+
 TEST_CASE("v146 is v142 with the successor's gradient loaded at once, nothing else", "[registry]") {
   check_one_more_option("v142", "v146", "-DM3_CP_EARLY_DSTATE=1");
 }
@@ -767,7 +787,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v215) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v221) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -789,7 +809,8 @@ TEST_CASE("the waves pickers (v137 to v215) run their wide kernels from two wave
                                         Picker{"v194", "v192", "v193"}, Picker{"v197", "v195", "v196"},
                                         Picker{"v200", "v198", "v199"}, Picker{"v203", "v201", "v202"},
                                         Picker{"v206", "v204", "v205"}, Picker{"v209", "v207", "v208"},
-                                        Picker{"v212", "v210", "v211"}, Picker{"v215", "v213", "v214"}}) {
+                                        Picker{"v212", "v210", "v211"}, Picker{"v215", "v213", "v214"},
+                                        Picker{"v218", "v216", "v217"}, Picker{"v221", "v219", "v220"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -825,7 +846,8 @@ TEST_CASE("the waves pickers (v137 to v215) run their wide kernels from two wave
                            "v150", "v152", "v154", "v156", "v158", "v159", "v161", "v162", "v164", "v165", "v168",
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
-                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214", "v8"}) {
+                           "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214",
+                           "v216", "v217", "v219", "v220", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
