@@ -307,7 +307,7 @@ M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, 
   const int qk_lines = 4 * lenn;  // q and k rows: two lines per token each (N bf16 = 256 bytes)
   const int qk_share = (qk_lines - sh.h + H - 1) / H;  // lines h, h + H, ...: this head's
   const int total = kRows + kRuns + qk_share + (state ? kStateLines : 0);
-  for (int i = threadIdx.x; i < total; i += NT) {
+  for (int i = M3_TID(); i < total; i += NT) {
     if (i < kRows) {
       const int which = i / C, t = i % C;
       if (t >= lenn) continue;
@@ -335,7 +335,7 @@ M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, 
 #endif
 
 M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
-  if (threadIdx.x == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
+  if (M3_TID() == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
   __syncthreads();
 #if M3_CP_RICH_SCHEDULE
   Job job{shared[0], shared[1], shared[2], shared[3], shared[4], shared[5], shared[6]};
@@ -352,7 +352,7 @@ M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
 M3_DEV void zero_partials_row(const M3Params& p, const Job& job) {
   if (job.q < p.chunk_capacity) {
     float* part = p.ws_partial + (job.q * p.H + job.h) * (2 * N + 1);
-    for (int c = threadIdx.x; c < 2 * N + 1; c += NT) part[c] = 0.f;
+    for (int c = M3_TID(); c < 2 * N + 1; c += NT) part[c] = 0.f;
   }
 }
 
@@ -407,10 +407,10 @@ M3_DEV int load_peer_s32(unsigned address) {
 // ticket was read; the job's next cluster_wait completes it.
 M3_DEV Job take_cluster_ticket(const M3Params& p, int* counter, int* shared) {
   const unsigned rank = cluster_rank(), ranks = cluster_ranks();
-  if (threadIdx.x == 0 && rank == 0) shared[4] = atomicAdd(counter, 1);
+  if (M3_TID() == 0 && rank == 0) shared[4] = atomicAdd(counter, 1);
   cluster_arrive();
   cluster_wait();
-  if (threadIdx.x == 0) {
+  if (M3_TID() == 0) {
     const long long group = load_peer_s32(peer_address(shared + 4, 0));
     decode_ticket(p, group * ranks + rank, shared);
   }
@@ -427,7 +427,7 @@ M3_DEV void sum_cluster_heads(const M3Params& p, Smem& s, int h, long long token
   constexpr int QUADS = N / 4, SLOTS = 2 * C * QUADS;
   const int per = SLOTS / static_cast<int>(ranks), parts = p.H / static_cast<int>(ranks);
   const int part = h / static_cast<int>(ranks);
-  for (int e = static_cast<int>(rank) * per + threadIdx.x; e < static_cast<int>(rank + 1) * per; e += NT) {
+  for (int e = static_cast<int>(rank) * per + M3_TID(); e < static_cast<int>(rank + 1) * per; e += NT) {
     const int tile = e / (C * QUADS), t = (e / QUADS) % C, quad = e % QUADS;
     if (t >= len) continue;
     const float* local = (tile == 0 ? s.t2 : s.kr) + t * LDN + 4 * quad;
@@ -459,7 +459,7 @@ M3_DEV void sum_cluster_heads(const M3Params& p, Smem& s, int h, long long token
 // and its predecessor in the chain has a smaller ticket still, so it finished. The backward also
 // runs the tickets past the last chunk up to chunk_capacity: they zero the unused partial rows.
 // The host launches min(jobs, resident CTAs) of each (LoadedKernel::resident_ctas).
-M3_DEV int persistent_first_ticket(int* counter) { return threadIdx.x == 0 ? atomicAdd(counter, 1) : 0; }
+M3_DEV int persistent_first_ticket(int* counter) { return M3_TID() == 0 ? atomicAdd(counter, 1) : 0; }
 
 // The head of a persistent CTA's job loop: the job of ticket `next` into `job` for every thread,
 // then thread 0 draws the ticket after it. False once the tickets are used up (the forward: past
@@ -467,7 +467,7 @@ M3_DEV int persistent_first_ticket(int* counter) { return threadIdx.x == 0 ? ato
 // the previous job, so that nothing of it still reads shared memory.
 M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bool zero_partials, int& next,
                                 Job& job) {
-  if (threadIdx.x == 0) decode_ticket(p, next, shared);
+  if (M3_TID() == 0) decode_ticket(p, next, shared);
   __syncthreads();
 #if M3_CP_RICH_SCHEDULE
   job = Job{shared[0], shared[1], shared[2], shared[3], shared[4], shared[5], shared[6]};
@@ -477,7 +477,7 @@ M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bo
   __syncthreads();  // every thread holds the job before thread 0 may write the next one
   if (job.seq < 0 && (!zero_partials || job.q >= p.chunk_capacity)) return false;
 #if M3_CP_PERSISTENT == 1
-  if (threadIdx.x == 0) next = atomicAdd(counter, 1);  // travels while this job runs
+  if (M3_TID() == 0) next = atomicAdd(counter, 1);  // travels while this job runs
 #endif
   return true;
 }
@@ -496,7 +496,7 @@ M3_DEV bool persistent_next_job(const M3Params& p, int* counter, int* shared, bo
 #define M3_CP_PERSISTENT_BACKWARD (M3_CP_PERSISTENT == 1 || M3_CP_PERSISTENT == 2)
 #if M3_CP_PERSISTENT >= 2
 M3_DEV void draw_ticket(int* counter, int& next) {
-  if (threadIdx.x == 0) next = atomicAdd(counter, 1);
+  if (M3_TID() == 0) next = atomicAdd(counter, 1);
 }
 #define M3_LATE_TICKET_PARAM , int *counter, int &next
 #define M3_LATE_TICKET_ARGS , p.ws_sync, next
@@ -512,11 +512,11 @@ M3_DEV void publish(int* flag) {
   // The barrier orders every thread's writes before thread 0's release store, whose fence is
   // cumulative (the pattern of a grid-wide barrier): one fence instead of 256.
   __syncthreads();
-  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+  if (M3_TID() == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
 #else
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+  if (M3_TID() == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
 #endif
 }
 
@@ -525,10 +525,10 @@ M3_DEV void publish(int* flag) {
 // the load travels with load_chunk's first loads.
 M3_DEV void load_phi_carry(const M3Params& p, Smem& s, long long slot) {
 #if M3_CP_TRIMS
-  const int i = static_cast<int>(threadIdx.x) - (NT - A);
+  const int i = static_cast<int>(M3_TID()) - (NT - A);
   if (i >= 0) s.phi_carry()[i] = p.ws_phi[slot * A + i];
 #else
-  if (threadIdx.x < A) s.phi_carry()[threadIdx.x] = p.ws_phi[slot * A + threadIdx.x];
+  if (M3_TID() < A) s.phi_carry()[M3_TID()] = p.ws_phi[slot * A + M3_TID()];
   __syncthreads();
 #endif
 }
@@ -545,19 +545,19 @@ M3_DEV void spin_acquire(const int* flag) {
 }
 
 M3_DEV void wait_for(const int* flag) {
-  if (threadIdx.x == 0) spin_acquire(flag);
+  if (M3_TID() == 0) spin_acquire(flag);
   __syncthreads();
 }
 
 M3_DEV void zero_state(float* dst) {
-  for (int e = threadIdx.x; e < P * N; e += NT) dst[(e / N) * LDN + (e % N)] = 0.f;
+  for (int e = M3_TID(); e < P * N; e += NT) dst[(e / N) * LDN + (e % N)] = 0.f;
 }
 
 #if M3_CP_BULK_STATE
 // The mbarrier that counts the entering state's bytes in (M3_CP_BULK_STATE): one use per CTA, so
 // phase 0 is the only one waited for. The job's barriers before the wait publish the init.
 M3_DEV void init_state_barrier(unsigned long long* bar) {
-  if (threadIdx.x == 0) {
+  if (M3_TID() == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar)))
                  : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -570,13 +570,13 @@ M3_DEV void init_state_barrier(unsigned long long* bar) {
 // every thread then waits for the bytes.
 M3_DEV void bulk_stage_state(const float* src, float* dst, unsigned long long* bar) {
   const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  if (threadIdx.x < 32) {
+  if (M3_TID() < 32) {
     asm volatile("fence.proxy.async.global;" ::: "memory");
-    if (threadIdx.x == 0) {
+    if (M3_TID() == 0) {
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(P * N * 4) : "memory");
     }
     __syncwarp();
-    for (int r = threadIdx.x; r < P; r += 32) {
+    for (int r = M3_TID(); r < P; r += 32) {
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                        smem_address(dst + r * LDN)),
                    "l"(src + r * N), "r"(N * 4), "r"(b)
@@ -611,7 +611,7 @@ M3_DEV int* heads_done(const M3Params& p) { return p.ws_sync + m3_heads_done_off
 M3_DEV void reduce_heads_of_chunk(const M3Params& p, long long chunk, long long token0, int len) {
   __shared__ int is_last;
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (M3_TID() == 0) {
     __threadfence();
     is_last = atomicAdd(heads_done(p) + chunk, 1) == p.H - 1;
     __threadfence();
@@ -620,7 +620,7 @@ M3_DEV void reduce_heads_of_chunk(const M3Params& p, long long chunk, long long 
   if (!is_last) return;
   constexpr int QUADS = N / 4;
   const long long row = static_cast<long long>(p.H) * N;
-  for (int i = threadIdx.x; i < len * QUADS; i += NT) {
+  for (int i = M3_TID(); i < len * QUADS; i += NT) {
     const long long t = token0 + i / QUADS;
     const int n = 4 * (i % QUADS);
     sum_heads_x4<QUADS>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
@@ -642,10 +642,10 @@ M3_DEV void sum_heads_ahead(const M3Params& p, const int* job_words) {
   const int tokens = min(C, len - target * C);
   if (h >= tokens) return;  // more heads than tokens: nothing for this one
   const int H = p.H;
-  if (threadIdx.x == 0) m3_wait_for_count<128>(heads_done(p) + job_words[6] + target, H);
+  if (M3_TID() == 0) m3_wait_for_count<128>(heads_done(p) + job_words[6] + target, H);
   __syncthreads();
-  const int c = threadIdx.x % N;
-  const bool is_k = threadIdx.x >= N;
+  const int c = M3_TID() % N;
+  const bool is_k = M3_TID() >= N;
   const float* rows = is_k ? p.ws_dkh : p.ws_dqh;
   m3_bf16* out = is_k ? p.dk : p.dq;
   const long long first = start + static_cast<long long>(target) * C;
@@ -659,7 +659,7 @@ M3_DEV void sum_heads_ahead(const M3Params& p, const int* job_words) {
   __syncthreads();  // every column read
   const int lines = H * N / 32;  // 128-byte lines of one token's partials, per tensor
   for (int t = h; t < tokens; t += H) {
-    for (int i = threadIdx.x; i < 2 * lines; i += NT) {
+    for (int i = M3_TID(); i < 2 * lines; i += NT) {
       discard_l2_line((i < lines ? p.ws_dqh : p.ws_dkh) + (first + t) * H * N + 32 * (i % lines));
     }
   }
@@ -694,14 +694,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 #else
   const int h = blockIdx.x, seq = blockIdx.y, H = p.H, T = p.T;
 #endif
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = M3_TID() >> 5, lane = M3_TID() & 31;
   {
     // The two kernels after this one start from zeroed tickets and ready flags (everything up to
     // the last tail flag): zeroed here, in the kernel that precedes them on the stream, they cost
     // the host no memset.
     const long long words = (tail_flags(p) - p.ws_sync) + static_cast<long long>(p.chunk_capacity) * H +
                             (M3_CP_FUSED_HEADS || M3_CP_OVERLAPPED_REDUCE ? p.chunk_capacity : 0);  // heads_done
-    const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + M3_TID();
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
   }
@@ -889,7 +889,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 #undef M3_ANGLE_TOTAL
 #if M3_CP_TRIMS
   if (h == 0 && seq == 0 && finishes) {
-    for (int q = threadIdx.x; q < p.chunk_capacity; q += NT) {
+    for (int q = M3_TID(); q < p.chunk_capacity; q += NT) {
       int s = -1, round = 0;
       if (!m3_schedule(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
 #if M3_CP_RICH_SCHEDULE
@@ -932,15 +932,15 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     float4 w[kWords];
 #pragma unroll
     for (int u = 0; u < kWords; ++u) {
-      const int q = threadIdx.x + u * NT;
+      const int q = M3_TID() + u * NT;
       const int r = q / (N / 4), pos = 4 * (q % (N / 4));
       const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
       w[u] = make_float4(in[0], in[8], in[16], in[24]);
     }
 #pragma unroll
-    for (int u = 0; u < kWords; ++u) dst[threadIdx.x + u * NT] = w[u];
+    for (int u = 0; u < kWords; ++u) dst[M3_TID() + u * NT] = w[u];
 #else
-    for (int q = threadIdx.x; q < P * N / 4; q += NT) {
+    for (int q = M3_TID(); q < P * N / 4; q += NT) {
       const int r = q / (N / 4), pos = 4 * (q % (N / 4));
       const float* in = src + r * N + (pos & ~31) + frag_col((pos & 31) >> 2);  // columns frag_col(w) + 8 i
       dst[q] = make_float4(in[0], in[8], in[16], in[24]);
@@ -949,9 +949,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   }
 #endif
   if (finishes && sh.len == 0) {
-    for (int e = threadIdx.x; e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
-    for (int e = threadIdx.x; e < N; e += NT) p.final_k[row * N + e] = 0.f;
-    for (int e = threadIdx.x; e < P; e += NT) p.final_v[row * P + e] = static_cast<m3_bf16>(0);
+    for (int e = M3_TID(); e < P * N; e += NT) p.final_ssm[row * P * N + e] = 0.f;
+    for (int e = M3_TID(); e < N; e += NT) p.final_k[row * N + e] = 0.f;
+    for (int e = M3_TID(); e < P; e += NT) p.final_v[row * P + e] = static_cast<m3_bf16>(0);
   }
 }
 
@@ -960,7 +960,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
 namespace m3cp {
 // One forward (chunk, head) job.
 M3_DEV void forward_job(const M3Params& p, Smem& s, const Job& job M3_LATE_TICKET_PARAM) {
-  const int H = p.H, tid = threadIdx.x, j = job.round;
+  const int H = p.H, tid = M3_TID(), j = job.round;
   const SeqHead sh = job_seq_head<M3_CP_RICH_SCHEDULE != 0>(p, job);
   const int chunks = (sh.len + C - 1) / C;
   const int a = j * C, len = min(C, sh.len - a);
@@ -1154,11 +1154,11 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
       continue;
     }
-    const int H = p.H, tid = threadIdx.x;
+    const int H = p.H, tid = M3_TID();
 #elif M3_CP_HEAD_CLUSTERS
   // The ranks of a cluster share a chunk, so all of them leave here or none.
   const Job job = take_cluster_ticket(p, p.ws_sync + 1, job_words);
-  const int H = p.H, tid = threadIdx.x;
+  const int H = p.H, tid = M3_TID();
   if (job.seq < 0) {
     zero_partials_row(p, job);
     cluster_wait();
@@ -1166,7 +1166,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   }
 #else
   const Job job = take_ticket(p, p.ws_sync + 1, job_words);
-  const int H = p.H, tid = threadIdx.x;
+  const int H = p.H, tid = M3_TID();
   if (job.seq < 0) {
     zero_partials_row(p, job);
 #if M3_CP_OVERLAPPED_BACKWARD

@@ -486,14 +486,14 @@ M3_DEV void stage_bf16_rows(const m3_bf16* a, const m3_bf16* b, long long row_st
   uint4 ua[ITERS], ub[ITERS];
 #pragma unroll
   for (int it = 0; it < ITERS; ++it) {
-    const int e = threadIdx.x + it * NT, r = e / OCT, o = e % OCT;
+    const int e = M3_TID() + it * NT, r = e / OCT, o = e % OCT;
     const bool live = e < TOTAL && r < valid;
     ua[it] = live ? ldg16(a + r * row_stride + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
     ub[it] = (live && b) ? ldg16(b + r * row_stride + 8 * o) : make_uint4(0u, 0u, 0u, 0u);
   }
 #pragma unroll
   for (int it = 0; it < ITERS; ++it) {
-    const int e = threadIdx.x + it * NT, r = e / OCT, o = e % OCT;
+    const int e = M3_TID() + it * NT, r = e / OCT, o = e % OCT;
     if (e >= TOTAL) continue;
     float fa[8], fb[8], out[8];
     unpack_bf16x8(ua[it], fa);
@@ -514,10 +514,10 @@ M3_DEV void stage_state(const float* src, float* dst) {
   const float4* from = reinterpret_cast<const float4*>(src);
   float4 u[ITERS];
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) u[it] = kFromL2 ? __ldcg(from + threadIdx.x + it * NT) : from[threadIdx.x + it * NT];
+  for (int it = 0; it < ITERS; ++it) u[it] = kFromL2 ? __ldcg(from + M3_TID() + it * NT) : from[M3_TID() + it * NT];
 #pragma unroll
   for (int it = 0; it < ITERS; ++it) {
-    const int e = 4 * (threadIdx.x + it * NT);
+    const int e = 4 * (M3_TID() + it * NT);
     *reinterpret_cast<float4*>(dst + (e / N) * LDN + (e % N)) = u[it];
   }
 }
@@ -531,7 +531,7 @@ M3_DEV void stage_state_frag(const float* src, float* dst) {
   constexpr int ITERS = P * N / 4 / NT, ROW_GROUPS = P / 8, BLOCKS = N / 32;
   static_assert(ITERS * NT * 4 == P * N && ROW_GROUPS * BLOCKS * 2 == NW * ITERS, "state must split evenly");
   static_assert(LDN % 32 == 4, "the store pattern is conflict-free for LDN = 4 (mod 32)");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = M3_TID() & 31, warp = M3_TID() >> 5;
   const auto place = [&](int it, int& r, int& b, int& g) {
     const int c = warp + NW * it;
     r = 8 * (c % ROW_GROUPS) + (lane & 7);
@@ -714,7 +714,7 @@ static_assert(RawTiles::kTotal / 2 <= P * (N + M3_PAD), "the raw rows must fit i
 template <int COLS>
 M3_DEV void prefetch_rows(m3_bf16* dst, const m3_bf16* src, long long stride, int rows) {
   constexpr int OCT = COLS / 8;
-  for (int e = threadIdx.x; e < C * OCT; e += NT) {
+  for (int e = M3_TID(); e < C * OCT; e += NT) {
     const int r = e / OCT, o = e % OCT;
     if (r < rows) cp_async16(dst + r * COLS + 8 * o, src + r * stride + 8 * o);
   }
@@ -736,7 +736,7 @@ M3_DEV void prefetch_chunk(const M3Params& p, const SeqHead& sh, Smem& s, float*
   if (want_dout && p.dout) prefetch_rows<P>(raw + RawTiles::kDout, p.dout + (t0 * H + sh.h) * P, H * P, len);
   if (state) {
     constexpr int QUADS = P * N / 4;
-    for (int e = threadIdx.x; e < QUADS; e += NT) {
+    for (int e = M3_TID(); e < QUADS; e += NT) {
       cp_async16(s.st + (4 * e / N) * LDN + (4 * e % N), state + 4 * e);
     }
   }
@@ -807,7 +807,7 @@ struct EarlyLoads {
   // The same addresses and lane roles as load_chunk's staging below.
   // dout only where dz is computed: never in a forward-only call, always when the backward runs.
   M3_DEV void issue(const M3Params& p, const SeqHead& sh, int a, int len) {
-    const int tid = threadIdx.x;
+    const int tid = M3_TID();
     int o, r0;
     row_paired_octet(tid, o, r0);
     const long long H = p.H;
@@ -852,7 +852,7 @@ struct EarlyLoads {
 // reads it).
 template <class Combine>
 M3_DEV void store_bf16_words(uint4 wa, uint4 wb, int valid, float* dst, int ld M3_SKEW_PARAM, Combine combine) {
-  const int r = threadIdx.x / (P / 8), o = threadIdx.x % (P / 8);
+  const int r = M3_TID() / (P / 8), o = M3_TID() % (P / 8);
   float fa[8], fb[8], out[8];
   unpack_bf16x8(wa, fa);
   unpack_bf16x8(wb, fb);
@@ -873,7 +873,7 @@ M3_DEV void store_bf16_words(uint4 wa, uint4 wb, int valid, float* dst, int ld M
 #define M3_EARLY_LOADS_PARAM
 #endif
 M3_DEV void load_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len M3_EARLY_LOADS_PARAM) {
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
   const int H = p.H;
   const int T = p.T;
   (void)H;  // every use may come from the prefetch (M3_CP_PREFETCH)
@@ -1215,13 +1215,13 @@ M3_DEV void build_mixing(Smem& s, int len) {
 // barrier) was 4.6% of the backward's stall samples in run 50; the load costs 4 KB per chunk and
 // head and goes out with the chunk's first loads.
 M3_DEV void store_mixing(const Smem& s, float* out) {
-  for (int w = threadIdx.x; w < C * C / 4; w += NT) {
+  for (int w = M3_TID(); w < C * C / 4; w += NT) {
     const int r = w / (C / 4), c = 4 * (w % (C / 4));
     *reinterpret_cast<float4*>(out + r * C + c) = *reinterpret_cast<const float4*>(s.m + r * LDC + c);
   }
 }
 M3_DEV void request_mixing(Smem& s, const float* in) {
-  for (int w = threadIdx.x; w < C * C / 4; w += NT) {
+  for (int w = M3_TID(); w < C * C / 4; w += NT) {
     const int r = w / (C / 4), c = 4 * (w % (C / 4));
     cp_async16(s.m + r * LDC + c, in + r * C + c);
   }
@@ -1369,8 +1369,8 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
   const int H = p.H;
   const int chunk = sh.chunk_base + j;
   // The angle sum entering the chunk, for the backward walk.
-  if (threadIdx.x < A) {
-    p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + threadIdx.x] = s.phi_carry()[threadIdx.x];
+  if (M3_TID() < A) {
+    p.ws_phi[(static_cast<long long>(chunk) * H + sh.h) * A + M3_TID()] = s.phi_carry()[M3_TID()];
   }
   forward_prepare(p, sh, s, a, len);
   forward_outputs(p, sh, s, a, len);
@@ -1386,8 +1386,8 @@ M3_DEV void forward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j, 
       s.st[r * LDN + c] = alpha * old + acc;
     });
   }
-  if (threadIdx.x < A) {
-    s.phi_carry()[threadIdx.x] = wrap_angle(s.phi[(len - 1) * LDA + threadIdx.x]);
+  if (M3_TID() < A) {
+    s.phi_carry()[M3_TID()] = wrap_angle(s.phi[(len - 1) * LDA + M3_TID()]);
   }
   __syncthreads();
 }
@@ -1404,7 +1404,7 @@ struct BackwardCarry {
 #if M3_PARALLEL_SCALARS
 // Suffix sum over the 32 lanes: lane l gets the sum of lanes l..31.
 M3_DEV float warp_suffix_sum(float x) {
-  const int lane = threadIdx.x & 31;
+  const int lane = M3_TID() & 31;
   const float r = warp_inclusive_scan(__shfl_sync(0xffffffffu, x, 31 - lane));
   return __shfl_sync(0xffffffffu, r, 31 - lane);
 }
@@ -1417,7 +1417,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
                                             bool last_chunk, float da, float dc0, BackwardCarry& bc) {
   const int H = p.H;
   const int T = p.T;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = M3_TID(), warp = tid >> 5, lane = tid & 31;
 #if M3_CP_TRIMS
   {
     // A warp's A / NW angle indices, their suffix sums interleaved.
@@ -1621,7 +1621,7 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int chunk, int a, int len,
                              const float* saved) {
   const int H = p.H;
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
 #if M3_CP_SMEM_STATE
   static_assert(M3_CP_GLOBAL_STATES && !M3_FRAG_ST && M3_CP_FRAG_SUMS && M3_VECTOR_IO && !M3_CP_PREFETCH &&
                     !M3_CP_QUAD_COLUMNS && L.t2 == L.t1 + C * LDT && 2 * C * LDT >= P * N,
@@ -1738,7 +1738,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
 M3_DEV void backward_intra(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len) {
   const int H = p.H;
   const int T = p.T;
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
   const int warp = tid >> 5, lane = tid & 31;
   (void)T;
   (void)warp;
@@ -2101,7 +2101,7 @@ M3_DEV void state_grad_contribution(Smem& s, StateTile& upd) {
 M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& s, int a, int len,
                                     float (&qb)[kBiasRegs], float (&kb)[kBiasRegs]) {
   const int H = p.H;
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
   const int warp = tid >> 5, lane = tid & 31;
   const float* sc = s.vv(kVecSc);
   const float* gam = s.vv(kVecGam);
@@ -2290,7 +2290,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
                            float (&kb)[kBiasRegs]) {
   const int H = p.H;
   const int T = p.T;
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
   const int warp = tid >> 5, lane = tid & 31;
   const int chunk = sh.chunk_base + j;
   const float* e = s.vv(kVecE);
@@ -2421,7 +2421,7 @@ M3_DEV void backward_chunk(const M3Params& p, const SeqHead& sh, Smem& s, int j,
 // word is left to the caller (M3_CP_EARLY_BIAS writes the bias sums before dd is known).
 M3_DEV void write_bias_partials(const M3Params& p, Smem& s, long long row, const float (&qb)[kBiasRegs],
                                 const float (&kb)[kBiasRegs], float dd_sum, bool with_dd = true) {
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
 #if M3_VECTOR_IO
   constexpr int kGroups = NT / (N / 8);
   {
@@ -2471,7 +2471,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, 1)
   Smem s = carve(reinterpret_cast<float*>(smem_raw));
   const SeqHead sh = locate(p);
   const int H = p.H;
-  const int tid = threadIdx.x;
+  const int tid = M3_TID();
   const long long sh_row = static_cast<long long>(sh.seq) * H + sh.h;
 
   // Forward walk.

@@ -123,7 +123,9 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v214", 32, 256}, OpConfig{"v215", 32, 256},
                                                 OpConfig{"v216", 32, 256}, OpConfig{"v217", 32, 256},
                                                 OpConfig{"v218", 32, 256}, OpConfig{"v219", 32, 256},
-                                                OpConfig{"v220", 32, 256}, OpConfig{"v221", 32, 256}};
+                                                OpConfig{"v220", 32, 256}, OpConfig{"v221", 32, 256},
+                                                OpConfig{"v222", 32, 256}, OpConfig{"v223", 32, 256},
+                                                OpConfig{"v224", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -183,7 +185,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v200", "v198", "v8", "v199"}, {"v203", "v201", "v8", "v202"},
                               {"v206", "v204", "v8", "v205"}, {"v209", "v207", "v8", "v208"},
                               {"v212", "v210", "v8", "v211"}, {"v215", "v213", "v8", "v214"},
-                              {"v218", "v216", "v8", "v217"}, {"v221", "v219", "v8", "v220"}};
+                              {"v218", "v216", "v8", "v217"}, {"v221", "v219", "v8", "v220"},
+                              {"v224", "v222", "v8", "v223"}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -483,12 +486,16 @@ int seq_bucket(long long num_seqs) {
 // without the opaque index spilled twice as much and with it spills least: stack 24 bytes, LDL/STL
 // 11/6, 6,240 instructions; the chunk-64 and chunk-32 forwards without spills. Bitwise v210's and
 // v211's wherever every angle is within 8192 rad.
+// v222 and v223: v219 and v220 with every thread-index read of the chunk-parallel kernels opaque
+// (M3_OPAQUE_TILE_TID=2), not only the MmaTiles': the backward 6,088 instructions, LDL/STL 6/5
+// (stack 24 bytes), most reloads in the per-token tail. Bitwise v210's and v211's wherever every
+// angle is within 8192 rad.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212, v215, v218 and v221 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218, v221 and v224 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -497,7 +504,7 @@ int seq_bucket(long long num_seqs) {
 // v184's; v188 v186's, or v187's; v191 v189's, or v190's; v194 v192's, or v193's; v197 v195's, or
 // v196's; v200 v198's, or v199's; v203 v201's, or v202's; v206 v204's, or v205's; v209 v207's, or
 // v208's; v212 v210's, or v211's; v215 v213's, or v214's; v218 v216's, or v217's; v221 v219's, or
-// v220's.
+// v220's; v224 v222's, or v223's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -583,7 +590,7 @@ struct VariantTraits {
   bool ptxas_backward_only = false; // v207: the two above in m3_cp_backward's own module only
   bool ftz_approx_div = false;      // v210: NVRTC's -ftz=true -prec-div=false
   bool wide_sincos_forward = false; // v213: M3_SINCOS_WIDE, but not in m3_cp_backward's module
-  bool opaque_tile_tid = false;     // v216: M3_OPAQUE_TILE_TID
+  int opaque_tile_tid = 0;          // v216 (1: the MmaTiles), v222 (2: every read): M3_OPAQUE_TILE_TID
   bool wide_sincos = false;         // v219: M3_SINCOS_WIDE in every kernel
 };
 static VariantTraits compute_traits(const OpConfig& c) {
@@ -724,10 +731,12 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v211", "v181", &VariantTraits::ftz_approx_div},
                                     {"v213", "v210", &VariantTraits::wide_sincos_forward},
                                     {"v214", "v211", &VariantTraits::wide_sincos_forward},
-                                    {"v216", "v210", &VariantTraits::opaque_tile_tid},
-                                    {"v217", "v211", &VariantTraits::opaque_tile_tid},
+                                    {"v216", "v210", nullptr, nullptr, &VariantTraits::opaque_tile_tid, 1},
+                                    {"v217", "v211", nullptr, nullptr, &VariantTraits::opaque_tile_tid, 1},
                                     {"v219", "v216", &VariantTraits::wide_sincos},
-                                    {"v220", "v217", &VariantTraits::wide_sincos}};
+                                    {"v220", "v217", &VariantTraits::wide_sincos},
+                                    {"v222", "v219", nullptr, nullptr, &VariantTraits::opaque_tile_tid, 2},
+                                    {"v223", "v220", nullptr, nullptr, &VariantTraits::opaque_tile_tid, 2}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -918,7 +927,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.inter_parked) src.options.push_back("-DM3_CP_INTER_PARKED=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
-  if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=1");
+  if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=" + std::to_string(tr.opaque_tile_tid));
   if (tr.wide_sincos_forward || tr.wide_sincos) src.options.push_back(kWideSincos);
   if (!tr.ptxas_backward_only) append_ptxas_options(tr, src);
   src.arch = arch;
