@@ -11,7 +11,7 @@
 # reference, bind, rejects, current stream); the GPU tests of v213-v224 (bitwise v210/v211 on three
 # mixes each, within rounding past 8192 rad, dispatch, waves, forward-only, streams); the bench of
 # v212, v215, v218, v221 and v224 (three interleaved passes, pinned); ncu of c01's backward for
-# v212, v221 and v224.
+# v212 and v224.
 # Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
@@ -27,4 +27,4 @@ timeout 300 python3 tools/bench.py --solver methods/versions/v212/solver.py --so
   --no-baseline --reps 3 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
 python3 methods/results/bench_table.py $OUT/bench.json
-NCU_VARIANTS="v212 v221 v224" source methods/results/ncu_backward_c01.sh
+NCU_VARIANTS="v212 v224" source methods/results/ncu_backward_c01.sh
