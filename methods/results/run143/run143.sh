@@ -10,8 +10,8 @@
 # v212 the default, its GPU tests (long sequences, training, initial states, validation, tools,
 # reference, bind, rejects, current stream); the GPU tests of v213-v224 (bitwise v210/v211 on three
 # mixes each, within rounding past 8192 rad, dispatch, waves, forward-only, streams); the bench of
-# v212, v221 and v224 (three interleaved passes, pinned; v215 and v218 left out for a short lease); ncu of c01's backward for
-# v212 and v224.
+# v212, v221 and v224 (three interleaved passes, pinned; v215 and v218 left out for a short
+# lease); ncu of c01's backward for v212 and v224.
 # Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
