@@ -527,10 +527,10 @@ M3_DEV float quad_at(const float4& v, int s) { return s == 0 ? v.x : s == 1 ? v.
 // M3_OPAQUE_TILE_TID (v216): every MmaTile reads its thread index afresh (a volatile read the
 // compiler may not merge), so two products that address the same rows in different phases each
 // derive their own addresses instead of holding the first product's across the phases between,
-// which ptxas spilled in v210's backward (eight shared-memory addresses stored at the state
-// update's product and reloaded by the inter product's). M3_OPAQUE_TILE_TID=2 (v222): every
-// thread-index read of m3_chunk_scan.cuh and m3_chunk_parallel.cuh too (M3_TID), so that no index
-// derived from it (lanes, warps, rows of the staging) lives across phases either.
+// which ptxas spilled in v210's backward (six values, four of them shared-memory addresses, stored
+// at the state update's product and reloaded at the inter product's). M3_OPAQUE_TILE_TID=2
+// (v222): every thread-index read of m3_chunk_scan.cuh and m3_chunk_parallel.cuh too (M3_TID), so
+// that no index derived from it (lanes, warps, rows of the staging) lives across phases either.
 #ifndef M3_OPAQUE_TILE_TID
 #define M3_OPAQUE_TILE_TID 0
 #endif
