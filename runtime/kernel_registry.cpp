@@ -480,8 +480,9 @@ int seq_bucket(long long num_seqs) {
 // v216 and v217: v210 and v211 whose MmaTiles read their thread index through a volatile asm
 // (M3_OPAQUE_TILE_TID), so that no two products share lane-derived addresses across the phases
 // between them: ptxas had spilled six values of the state update's product (four shared-memory
-// addresses) and reloaded them at the inter product. In SASS (CPU) the backward 6,552 -> 6,448 instructions, stack 80 -> 48 bytes,
-// LDL/STL 15/12 -> 12/6; the chunk-32 forward 125 -> 118 registers. Bitwise v210's and v211's.
+// addresses) and reloaded them at the inter product. In SASS (CPU) the backward 6,552 -> 6,448
+// instructions, stack 80 -> 48 bytes, LDL/STL 15/12 -> 12/6; the chunk-32 forward 125 -> 118
+// registers. Bitwise v210's and v211's.
 // v219 and v220: v216 and v217 with M3_SINCOS_WIDE in every kernel, the backward's too, which
 // without the opaque index spilled twice as much and with it spills least: stack 24 bytes, LDL/STL
 // 11/6, 6,240 instructions; the chunk-64 and chunk-32 forwards without spills. Bitwise v210's and

@@ -6,11 +6,11 @@
 # whose MmaTiles read their thread index through a volatile asm, M3_OPAQUE_TILE_TID: the
 # backward's spill slots 80 -> 48 bytes) and v219-v221 (v216/v217 with M3_SINCOS_WIDE in every
 # kernel: the backward's slots 24 bytes, the forwards without spills) and v222-v224 (v219/v220 with
-# every thread-index read of the chunk-parallel kernels opaque: the backward's LDL/STL 6/5). In order (thirty-second
-# session's order, so that one lease decides and validates): the GPU tests of v213-v224 (bitwise
-# v210/v211 on three mixes each, within rounding past 8192 rad, dispatch, waves, forward-only,
-# streams); the bench of v212, v221 and v224 (three interleaved passes, pinned; v215 and v218 left
-# out for a short lease); the winner W picked by rule (the lowest latency geomean, if its tests
+# every thread-index read of the chunk-parallel kernels opaque: the backward's LDL/STL 6/5). In
+# order (thirty-second session's order, so that one lease decides and validates): the GPU tests of
+# v213-v224 (bitwise v210/v211 on three mixes each, within rounding past 8192 rad, dispatch,
+# waves, forward-only, streams); the bench of v212, v221 and v224 (three interleaved passes,
+# pinned; v215 and v218 left out for a short lease); the winner W picked by rule (the lowest latency geomean, if its tests
 # passed and it is at least 0.5% below v212's; else v212), made the default of the device's copy by
 # switch_default.sh and rebuilt; the default's GPU tests (long sequences, training, initial states,
 # validation, tools, reference, bind, rejects, current stream) and the selfcheck of W's solver;

@@ -13,17 +13,6 @@ bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "bu
 timeout 100 python3 tools/selfcheck.py --json $OUT/selfcheck.json > $OUT/selfcheck.log 2>&1
 echo "selfcheck rc=$? $(( $(date +%s)-t0 ))s: $(grep -E 'selfcheck: ' $OUT/selfcheck.log | tail -n 1)"
 export MAMBA3_JIT_LINEINFO=1 MAMBA3_JIT_CACHE_DIR=/tmp/jc_lines
-mkdir -p /tmp/jc_lines /tmp/prof
+mkdir -p /tmp/jc_lines
 [ -d scratch/jc_lines ] && cp -r scratch/jc_lines/. /tmp/jc_lines/
-tag=backward_c01
-timeout 90 python3 methods/results/run92/ncu_fwd.py c01 methods/main/solver.py > /dev/null 2>&1
-timeout 150 ncu --set full --import-source yes -k regex:"^m3_cp_backward\$" --launch-skip 1 --launch-count 1 \
-  -o /tmp/prof/$tag python3 methods/results/run92/ncu_fwd.py c01 methods/main/solver.py > /tmp/prof/$tag.log 2>&1
-echo "ncu $tag rc=$? $(( $(date +%s)-t0 ))s"
-ncu -i /tmp/prof/$tag.ncu-rep --page source --print-source cuda,sass --csv > /tmp/prof/$tag.csv 2>&1
-ncu -i /tmp/prof/$tag.ncu-rep --page details > /tmp/prof/${tag}_details.txt 2>&1
-python3 tools/ncu_lines.py /tmp/prof/$tag.csv --top 80 > /tmp/prof/${tag}_lines.txt 2>&1
-gzip -c /tmp/prof/$tag.csv > /tmp/prof/$tag.csv.gz
-head -2 /tmp/prof/${tag}_lines.txt
-grep -E "^    Duration|Executed Instructions  |Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Ipc Active" /tmp/prof/${tag}_details.txt | head -6
-(cd /tmp/prof && tar czf $OUT/profiles.tgz *_lines.txt *_details.txt *.csv.gz *.log)
+NCU_SPECS="backward:c01" source methods/results/ncu_line_profile.sh
