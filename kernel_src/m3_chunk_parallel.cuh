@@ -206,7 +206,33 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #ifndef M3_CP_F64_SWAPPED_QK
 #define M3_CP_F64_SWAPPED_QK 0
 #endif
-#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK) && \
+// M3_CP_F64_NEIGHBOUR_PREFETCH (v225): the chunk-64 forward asks L2 for the inputs of its chain's
+// next job (v59's prefetch_chunk_inputs, for the next job's two chunks of 32), and in a sequence's
+// first job for its own chunks too, whose z and dout rows the epilogue reads last. Run 130 put the
+// waits on the job's input rows (the bf16 unpacks of q, k, v, the angles, z and dout) at about 14%
+// of the forward's stall samples: its staging loads came from HBM, since nothing asked for them
+// before. A round of a sequence's jobs starts about two thirds of a job after the round before
+// (160 chains on 264 slots on c01), so the lines have that long to arrive. Nothing else changes:
+// results bitwise v222's.
+#ifndef M3_CP_F64_NEIGHBOUR_PREFETCH
+#define M3_CP_F64_NEIGHBOUR_PREFETCH 0
+#endif
+// M3_CP_GUESSED_TICKET (v229): thread 0 of a forward or backward CTA loads the ticket table's row
+// of ticket blockIdx.x (its likely ticket) before its atomic returns, and only loads the row of the
+// ticket it drew when that differs. Run 145 put the ticket's barrier at 3.3% of the backward's
+// stall samples (run 130: 4.0% of the chunk-64 forward's): 255 threads waiting on thread 0's two
+// dependent L2 round trips, the atomic and then its row. The same jobs: results bitwise v225's.
+#ifndef M3_CP_GUESSED_TICKET
+#define M3_CP_GUESSED_TICKET 0
+#endif
+#if M3_CP_GUESSED_TICKET && (!M3_CP_RICH_SCHEDULE || M3_CP_PERSISTENT || M3_CP_HEAD_CLUSTERS)
+#error "M3_CP_GUESSED_TICKET is wired into the one-job kernels with the rich schedule"
+#endif
+#if M3_CP_F64_NEIGHBOUR_PREFETCH && (!M3_CP_NEIGHBOUR_L2_PREFETCH || M3_CP_F64_EARLY_LOADS < 2)
+#error "M3_CP_F64_NEIGHBOUR_PREFETCH uses M3_CP_NEIGHBOUR_L2_PREFETCH's prefetch_chunk_inputs, after v131's early loads"
+#endif
+#if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK || \
+     M3_CP_F64_NEIGHBOUR_PREFETCH) && \
     !M3_CP_FORWARD64
 #error "the M3_CP_F64_* switches change m3_cp_forward64: build with M3_CP_FORWARD64"
 #endif
@@ -250,16 +276,30 @@ M3_DEV SeqHead job_seq_head(const M3Params& p, const Job& job) {
   return seq_head(p, job.seq, job.h);
 }
 
-// Thread 0: the job of ticket t into shared[0..3].
-M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared) {
+// Thread 0: the job of ticket t into shared[0..3]. Under M3_CP_GUESSED_TICKET the entry of row
+// guess_q has been loaded already (guess_first, guess_second): used when the ticket's row is that.
+M3_DEV void decode_ticket(const M3Params& p, long long t, int* shared
+#if M3_CP_GUESSED_TICKET
+                          , long long guess_q = -1, int4 guess_first = {}, int4 guess_second = {}
+#endif
+) {
   const long long q = t / p.H;
   int seq = -1, round = 0;
 #if M3_CP_RICH_SCHEDULE
   int start = 0, len = 0, chunk_base = 0;
   if (q < p.chunk_capacity) {
     // {seq, round, start, -}, {len, chunk_base, -, -}: two loads in one round trip.
+#if M3_CP_GUESSED_TICKET
+    int4 first = guess_first, second = guess_second;
+    if (q != guess_q) {
+      const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * q);
+      first = entry[0];
+      second = entry[1];
+    }
+#else
     const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * q);
     const int4 first = entry[0], second = entry[1];
+#endif
     seq = first.x;
     round = first.y;
     start = first.z;
@@ -298,6 +338,9 @@ M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 
 // the ends of the adt, dt and trap runs, this head's share of the q and k lines (the H heads of a
 // chunk split them), and the backward's 256 lines of state. M3_CP_NEIGHBOUR_L2_PREFETCH=2 (v59):
 // the forward's only (run 45: v57's forward -1 to -3%, its backward +2 to +5%).
+// M3_CP_NEIGHBOUR_L2_PREFETCH=3 (v227): the forward's, and the backward's without the 256 lines of
+// state (which v142's copy has in flight from the job's start anyway): on c01 the backward's
+// inputs come from HBM, the forward's 155 MB of states having passed through L2 since it read them.
 
 M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, const float* state) {
   const int H = p.H, T = p.T;
@@ -334,8 +377,62 @@ M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, 
 }
 #endif
 
+#if M3_CP_NEIGHBOUR_L2_PREFETCH == 3
+// The same lines as prefetch_chunk_inputs without the state, at most one prefetch a thread and no
+// loop (the loop added 272 instructions and three spill loads to the backward): a line of v, z,
+// dout or the angles per thread of warps 0 to 3 (lane = token), four of the q and k lines (h,
+// h + H, ...: with H = 32 this head's share) by warp 4, and the ends of the adt, dt and trap runs
+// (32 fp32 or bf16 span at most two lines) by warp 5.
+M3_DEV void prefetch_chunk_inputs_lean(const M3Params& p, const SeqHead& sh, int jn) {
+  static_assert(NT >= 6 * 32 && C == 32, "a warp per input, a lane per token");
+  const int tid = M3_TID(), H = p.H, t = tid & 31, which = tid >> 5;
+  const int an = jn * C, lenn = min(C, sh.len - an);
+  const long long t0 = sh.start + an;
+  if (which < 4) {
+    if (t >= lenn) return;
+    const long long row = (t0 + t) * H + sh.h;
+    if (which == 0) prefetch_l2(p.v + row * P);
+    if (which == 1) prefetch_l2(p.z + row * P);
+    if (which == 2 && p.dout) prefetch_l2(p.dout + row * P);
+    if (which == 3) prefetch_l2(p.angles + row * A);
+  } else if (which == 4) {
+    const int line = sh.h + H * t, tq = line >> 2;
+    if (t < 4 && line < 4 * C && tq < lenn) prefetch_l2(((line & 2) ? p.k : p.q) + (t0 + tq) * N + (line & 1) * (N / 2));
+  } else if (which == 5 && t < 6) {
+    const long long e = static_cast<long long>(sh.h) * p.T + t0 + ((t & 1) ? lenn - 1 : 0);
+    if (t < 2) prefetch_l2(p.adt + e);
+    else if (t < 4) prefetch_l2(p.dt + e);
+    else prefetch_l2(p.trap + e);
+  }
+}
+#endif
+
+#if M3_CP_GUESSED_TICKET
+// Row q of a ticket table (kScheduleInts words a row), or {-1, ...} past its capacity.
+M3_DEV void ticket_row(const int* table, long long q, long long capacity, int4& first, int4& second) {
+  first = make_int4(-1, 0, 0, 0);
+  second = make_int4(0, 0, 0, 0);
+  if (q >= 0 && q < capacity) {
+    const int4* entry = reinterpret_cast<const int4*>(table + kScheduleInts * q);
+    first = entry[0];
+    second = entry[1];
+  }
+}
+#endif
+
 M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
+#if M3_CP_GUESSED_TICKET
+  if (M3_TID() == 0) {
+    // CTAs draw their tickets about in launch order, so the row of ticket blockIdx.x is loaded
+    // while the atomic travels: right, the job is known one L2 round trip sooner.
+    const long long guess_q = blockIdx.x / p.H;
+    int4 first, second;
+    ticket_row(p.ws_schedule, guess_q, p.chunk_capacity, first, second);
+    decode_ticket(p, atomicAdd(counter, 1), shared, guess_q, first, second);
+  }
+#else
   if (M3_TID() == 0) decode_ticket(p, atomicAdd(counter, 1), shared);
+#endif
   __syncthreads();
 #if M3_CP_RICH_SCHEDULE
   Job job{shared[0], shared[1], shared[2], shared[3], shared[4], shared[5], shared[6]};
@@ -1198,6 +1295,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (M3_CP_NEIGHBOUR_L2_PREFETCH == 1 && j > 0) {
     prefetch_chunk_inputs(p, sh, j - 1, j > 1 ? p.ws_states + (slot - H) * P * N : nullptr);
   }
+#if M3_CP_NEIGHBOUR_L2_PREFETCH == 3
+  if (j > 0) prefetch_chunk_inputs_lean(p, sh, j - 1);
+#endif
 #endif
 
 #if M3_CP_PREFETCH

@@ -122,6 +122,18 @@ template <bool kBackward = false>
 M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
   if (threadIdx.x == 0) {
     const long long drawn_before = kBackward ? (static_cast<long long>(p.T) / kJob + p.S) * p.H : 0;
+#if M3_CP_GUESSED_TICKET
+    // v229: the row of the likely ticket (blockIdx.x's) in flight with the atomic (m3_cp_backward's
+    // take_ticket does the same).
+    // Not for the chunk-64 backward's tickets (drawn after the forward's from the same counter).
+    const int* table = p.ws_schedule + kScheduleInts * p.chunk_capacity;
+    const long long guess_q = kBackward ? -1 : static_cast<long long>(blockIdx.x) / p.H;
+    int4 first, second;
+    ticket_row(table, guess_q, p.chunk_capacity, first, second);
+    const long long t = atomicAdd(p.ws_sync, 1) - drawn_before;
+    const long long q = t / p.H;
+    if (q != guess_q) ticket_row(table, (!kBackward || t >= 0) ? q : -1, p.chunk_capacity, first, second);
+#else
     const long long t = atomicAdd(p.ws_sync, 1) - drawn_before;
     const long long q = t / p.H;
     int4 first = make_int4(-1, 0, 0, 0), second = make_int4(0, 0, 0, 0);
@@ -130,6 +142,7 @@ M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
       first = entry[0];
       second = entry[1];
     }
+#endif
     words[0] = first.x;
     words[1] = kBackward ? (second.x + kJob - 1) / kJob - 1 - first.y : first.y;  // the round from the end
     words[2] = static_cast<int>(t % p.H);
@@ -348,6 +361,41 @@ M3_DEV void stage_qk(const M3Params& p, const Job64& job, const Tiles& s, int a,
   stage_qk(p, job, s, a, len, last, load_qk_rows(p, job, a, len));
 }
 
+#if M3_CP_F64_NEIGHBOUR_PREFETCH
+// Asks L2 for the input lines of the job's tokens a .. a + 63 (those in the sequence), at most two
+// prefetches a thread and no loop (v59's prefetch_chunk_inputs, called per chunk of 32 here, added
+// 370 instructions and 24 bytes of stack to the job): a line of v, z, dout or the angles per thread
+// (which = tid / 64), eight of the q and k lines (h, h + H, ...: with H = 32 this head's share of
+// the lines the H heads of a round all read), and the adt, dt and trap runs by their first, middle
+// and last elements (64 fp32 span at most three lines, 64 bf16 at most two).
+M3_DEV void prefetch_job_inputs(const M3Params& p, const Job64& job, int a) {
+  static_assert(NT == 4 * kJob, "a thread per (input, token)");
+  const int tid = threadIdx.x, H = p.H, n = min(kJob, job.len - a);
+  if (n <= 0) return;
+  const long long t0 = static_cast<long long>(job.start) + a;
+  const int t = tid & (kJob - 1), which = tid >> 6;
+  if (t < n) {
+    const long long row = (t0 + t) * H + job.h;
+    if (which == 0) prefetch_l2(p.v + row * P);
+    if (which == 1) prefetch_l2(p.z + row * P);
+    if (which == 2 && p.dout) prefetch_l2(p.dout + row * P);
+    if (which == 3) prefetch_l2(p.angles + row * A);
+  }
+  if (tid < kJob / 8) {
+    // q and k: four lines a token (two of each); this head's are lines h, h + H, ...
+    const int line = job.h + H * tid, tq = line >> 2;
+    if (line < 4 * kJob && tq < n) prefetch_l2(((line & 2) ? p.k : p.q) + (t0 + tq) * N + (line & 1) * (N / 2));
+  } else if (tid < kJob / 8 + 8) {
+    const int r = tid - kJob / 8;
+    const long long e = static_cast<long long>(job.h) * p.T + t0;
+    const int at = r % 3 == 0 ? 0 : r % 3 == 1 ? (n - 1) / 2 : n - 1;
+    if (r < 3) prefetch_l2(p.adt + e + at);
+    else if (r < 6) prefetch_l2(p.dt + e + at);
+    else prefetch_l2(p.trap + e + (r == 6 ? 0 : n - 1));
+  }
+}
+#endif
+
 // v rows into the bf16 tile (dead rows zero), 16 bytes a thread.
 M3_DEV void stage_v(const M3Params& p, const Job64& job, const Smem64& s, int a, int len) {
   for (int i = threadIdx.x; i < kJob * P / 8; i += NT) {
@@ -558,6 +606,11 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   stage_qk(p, job, s, a, len, last);
 #endif
   __syncthreads();  // QR, KS whole; the angle tile read
+#if M3_CP_F64_NEIGHBOUR_PREFETCH
+  // Here, once the early loads' registers are free.
+  if (job.round == 0) prefetch_job_inputs(p, job, a);
+  prefetch_job_inputs(p, job, a + kJob);
+#endif
 #if M3_CP_F64_LEAN_INDEX >= 2
   transpose_ks_lean(s);
 #else
