@@ -92,7 +92,7 @@ M3_DEV void load_reordered_gradient(const float* src, float4 (&w)[kReorderWords]
 // chunks of C), unused, unused}; seq -1 past the last job.
 M3_DEV void write_ticket_entry(const M3Params& p, int q, int chunk, int* table) {
   int s = -1, round = 0;
-  if (!m3_schedule(p.cu_seqlens, p.S, chunk, q, s, round)) s = -1;
+  if (!M3_TICKET_ORDER(p.cu_seqlens, p.S, chunk, q, s, round)) s = -1;
   const SeqHead sh = s >= 0 ? seq_head(p, s, 0) : SeqHead{0, -1, 0, 0, 0};
   int4* entry = reinterpret_cast<int4*>(table + kScheduleInts * q);
   entry[0] = make_int4(s, round, sh.start, 0);

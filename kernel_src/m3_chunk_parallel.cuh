@@ -217,6 +217,24 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #ifndef M3_CP_F64_NEIGHBOUR_PREFETCH
 #define M3_CP_F64_NEIGHBOUR_PREFETCH 0
 #endif
+// M3_CP_ALIGNED_ENDS (v231): the ticket tables m3_cp_angles writes take m3_schedule_aligned's order
+// (every chain's last round aligned with the longest's: the longest chains start first) instead of
+// round order. The kernels' times follow ceil(jobs / 264) waves of a job's latency closely (run 146:
+// the backward 29 to 33 us a wave, the chunk-64 forward 19 to 21), and with sequences of unequal
+// length round order leaves the longest sequence's last rounds with few jobs at the end; a model of
+// the chains (methods/results/run147/chains_model.py) puts the aligned order 0 to 4% faster on
+// the visible cases' kernels. The same jobs in another order: results bitwise v222's.
+#ifndef M3_CP_ALIGNED_ENDS
+#define M3_CP_ALIGNED_ENDS 0
+#endif
+#if M3_CP_ALIGNED_ENDS && (!M3_CP_RICH_SCHEDULE || !M3_CP_TRIMS)
+#error "M3_CP_ALIGNED_ENDS orders the rich schedule's tables"
+#endif
+#if M3_CP_ALIGNED_ENDS
+#define M3_TICKET_ORDER m3_schedule_aligned
+#else
+#define M3_TICKET_ORDER m3_schedule
+#endif
 // M3_CP_GUESSED_TICKET (v229): thread 0 of a forward or backward CTA loads the ticket table's row
 // of ticket blockIdx.x (its likely ticket) before its atomic returns, and only loads the row of the
 // ticket it drew when that differs. Run 145 put the ticket's barrier at 3.3% of the backward's
@@ -988,7 +1006,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
   if (h == 0 && seq == 0 && finishes) {
     for (int q = M3_TID(); q < p.chunk_capacity; q += NT) {
       int s = -1, round = 0;
-      if (!m3_schedule(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
+      if (!M3_TICKET_ORDER(p.cu_seqlens, p.S, C, q, s, round)) s = -1;
 #if M3_CP_RICH_SCHEDULE
       // {seq, round, start, unused}, {len, chunk_base, unused, unused}
       const SeqHead sh_q = s >= 0 ? seq_head(p, s, 0) : SeqHead{0, -1, 0, 0, 0};
@@ -999,7 +1017,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
       // The chunk-64 forward's jobs (two chunks each) in the same round order, in a second table
       // after this one: {seq, round of 64 tokens, start, unused}, {len, chunk_base (chunks of C)}.
       int s64 = -1, round64 = 0;
-      if (!m3_schedule(p.cu_seqlens, p.S, 2 * C, q, s64, round64)) s64 = -1;
+      if (!M3_TICKET_ORDER(p.cu_seqlens, p.S, 2 * C, q, s64, round64)) s64 = -1;
       const SeqHead sh64 = s64 >= 0 ? seq_head(p, s64, 0) : SeqHead{0, -1, 0, 0, 0};
       int4* entry64 = reinterpret_cast<int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
       entry64[0] = make_int4(s64, round64, sh64.start, 0);

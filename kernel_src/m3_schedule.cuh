@@ -59,3 +59,49 @@ M3_HD bool m3_schedule(const int* cu_seqlens, int num_seqs, int chunk, long long
   }
   return false;
 }
+
+// The same pairs with every sequence's last round aligned (M3_CP_ALIGNED_ENDS, v231): pair
+// (sequence i, round r) takes the aligned round r + most - chunks_i, where `most` is the longest
+// sequence's chunk count, and pairs go by aligned round, sequences in order within one. The longest
+// chains thus start first and all chains end together, where round order started every chain
+// at once and left the longest sequence's last rounds to run alone at the end (a few jobs on an
+// idle device). Within a chain rounds still go up, so its neighbour keeps the earlier ticket.
+
+// Pairs whose aligned round is below a: sum over sequences of min(chunks, max(0, a - offset)).
+M3_HD long long m3_pairs_before_aligned_round(const int* cu_seqlens, int num_seqs, int chunk, int most, int a) {
+  long long n = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int c = m3_seq_chunks(cu_seqlens, i, chunk), behind = a - (most - c);
+    n += behind <= 0 ? 0 : (behind < c ? behind : c);
+  }
+  return n;
+}
+
+// The q-th pair in aligned-round order; false past the last one. O(S log(longest)) work.
+M3_HD bool m3_schedule_aligned(const int* cu_seqlens, int num_seqs, int chunk, long long q, int& seq, int& round) {
+  int most = 0;
+  for (int i = 0; i < num_seqs; ++i) {
+    const int c = m3_seq_chunks(cu_seqlens, i, chunk);
+    most = c > most ? c : most;
+  }
+  if (q < 0 || q >= m3_pairs_before_aligned_round(cu_seqlens, num_seqs, chunk, most, most)) return false;
+  int lo = 0, hi = most;  // before(lo) <= q < before(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (m3_pairs_before_aligned_round(cu_seqlens, num_seqs, chunk, most, mid) <= q) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  long long k = q - m3_pairs_before_aligned_round(cu_seqlens, num_seqs, chunk, most, lo);
+  for (int i = 0; i < num_seqs; ++i) {
+    const int c = m3_seq_chunks(cu_seqlens, i, chunk), offset = most - c;
+    if (c > 0 && lo >= offset && k-- == 0) {
+      seq = i;
+      round = lo - offset;
+      return true;
+    }
+  }
+  return false;
+}

@@ -128,7 +128,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v224", 32, 256}, OpConfig{"v225", 32, 256},
                                                 OpConfig{"v226", 32, 256}, OpConfig{"v227", 32, 256},
                                                 OpConfig{"v228", 32, 256}, OpConfig{"v229", 32, 256},
-                                                OpConfig{"v230", 32, 256}};
+                                                OpConfig{"v230", 32, 256}, OpConfig{"v231", 32, 256},
+                                                OpConfig{"v232", 32, 256}, OpConfig{"v233", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -190,7 +191,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v212", "v210", "v8", "v211"}, {"v215", "v213", "v8", "v214"},
                               {"v218", "v216", "v8", "v217"}, {"v221", "v219", "v8", "v220"},
                               {"v224", "v222", "v8", "v223"}, {"v226", "v225", "v8", "v223"},
-                              {"v228", "v227", "v8", "v223"}, {"v230", "v229", "v8", "v223"}};
+                              {"v228", "v227", "v8", "v223"}, {"v230", "v229", "v8", "v223"},
+                              {"v233", "v231", "v8", "v232"}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -501,12 +503,15 @@ int seq_bucket(long long num_seqs) {
 // prefetches: bitwise v222's. v229: v225 whose forward and backward CTAs load the ticket table's
 // row of their likely ticket (blockIdx.x's) while the ticket's atomic travels
 // (M3_CP_GUESSED_TICKET): the same jobs, bitwise v222's.
+// v231 and v232: v222 and v223 whose ticket tables align every chain's last round with the
+// longest's (M3_CP_ALIGNED_ENDS: the longest chains start first). The same jobs: bitwise v222's
+// and v223's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228 and v230 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230 and v233 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -516,7 +521,7 @@ int seq_bucket(long long num_seqs) {
 // v196's; v200 v198's, or v199's; v203 v201's, or v202's; v206 v204's, or v205's; v209 v207's, or
 // v208's; v212 v210's, or v211's; v215 v213's, or v214's; v218 v216's, or v217's; v221 v219's, or
 // v220's; v224 v222's, or v223's; v226 v225's, or v223's; v228 v227's, or v223's; v230 v229's, or
-// v223's.
+// v223's; v233 v231's, or v232's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -607,6 +612,7 @@ struct VariantTraits {
   bool f64_neighbour_prefetch = false;   // v225: M3_CP_F64_NEIGHBOUR_PREFETCH
   bool backward_input_prefetch = false;  // v227: M3_CP_NEIGHBOUR_L2_PREFETCH=3 where v59 set 2
   bool guessed_ticket = false;           // v229: M3_CP_GUESSED_TICKET
+  bool aligned_ends = false;             // v231: M3_CP_ALIGNED_ENDS
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -754,7 +760,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v223", "v220", nullptr, nullptr, &VariantTraits::opaque_tile_tid, 2},
                                     {"v225", "v222", &VariantTraits::f64_neighbour_prefetch},
                                     {"v227", "v225", &VariantTraits::backward_input_prefetch},
-                                    {"v229", "v225", &VariantTraits::guessed_ticket}};
+                                    {"v229", "v225", &VariantTraits::guessed_ticket},
+                                    {"v231", "v222", &VariantTraits::aligned_ends},
+                                    {"v232", "v223", &VariantTraits::aligned_ends}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -947,6 +955,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.inter_parked) src.options.push_back("-DM3_CP_INTER_PARKED=1");
   if (tr.f64_neighbour_prefetch) src.options.push_back("-DM3_CP_F64_NEIGHBOUR_PREFETCH=1");
   if (tr.guessed_ticket) src.options.push_back("-DM3_CP_GUESSED_TICKET=1");
+  if (tr.aligned_ends) src.options.push_back("-DM3_CP_ALIGNED_ENDS=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
   if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=" + std::to_string(tr.opaque_tile_tid));

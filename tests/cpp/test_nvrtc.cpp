@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v230") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v233") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -771,6 +771,13 @@ TEST_CASE("v225 is v222 whose chunk-64 forward prefetches its chain's next input
   CHECK(resolve_kernels(parse_op_config("variant=v228"), 1, 1.0).variant == "v223");
 }
 
+TEST_CASE("v231 and v232 are v222 and v223 with the aligned ticket order", "[registry]") {
+  check_one_more_option("v222", "v231", "-DM3_CP_ALIGNED_ENDS=1");
+  check_one_more_option("v223", "v232", "-DM3_CP_ALIGNED_ENDS=1");
+  CHECK(resolve_kernels(parse_op_config("variant=v233"), 1).variant == "v231");
+  CHECK(resolve_kernels(parse_op_config("variant=v233"), 1, 1.0).variant == "v232");
+}
+
 TEST_CASE("v229 is v225 whose CTAs load their likely ticket's row with the atomic", "[registry]") {
   check_one_more_forward64_option("v225", "v229", "-DM3_CP_GUESSED_TICKET=1");
   CHECK(resolve_kernels(parse_op_config("variant=v230"), 1).variant == "v229");
@@ -809,7 +816,7 @@ TEST_CASE("v144 is v103 with v142's layout and state copy, its chunk-state produ
   CHECK(2 * (forward_smem_bytes(c) + 1024 + 1056) <= 233472);
 }
 
-TEST_CASE("the waves pickers (v137 to v230) run their wide kernels from two waves of chunk-64 forward jobs, their "
+TEST_CASE("the waves pickers (v137 to v233) run their wide kernels from two waves of chunk-64 forward jobs, their "
           "32-token set below, v8's past 4096 tokens",
           "[registry]") {
   struct Picker {
@@ -834,7 +841,8 @@ TEST_CASE("the waves pickers (v137 to v230) run their wide kernels from two wave
                                         Picker{"v212", "v210", "v211"}, Picker{"v215", "v213", "v214"},
                                         Picker{"v218", "v216", "v217"}, Picker{"v221", "v219", "v220"},
                                         Picker{"v224", "v222", "v223"}, Picker{"v226", "v225", "v223"},
-                                        Picker{"v228", "v227", "v223"}, Picker{"v230", "v229", "v223"}}) {
+                                        Picker{"v228", "v227", "v223"}, Picker{"v230", "v229", "v223"},
+                                        Picker{"v233", "v231", "v232"}}) {
     INFO(name);
     const OpConfig c = parse_op_config(std::string("variant=") + name);
     CHECK(picks_by_forward64_waves(c));
@@ -871,7 +879,7 @@ TEST_CASE("the waves pickers (v137 to v230) run their wide kernels from two wave
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
                            "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214",
-                           "v216", "v217", "v219", "v220", "v222", "v223", "v225", "v227", "v229", "v8"}) {
+                           "v216", "v217", "v219", "v220", "v222", "v223", "v225", "v227", "v229", "v231", "v232", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
