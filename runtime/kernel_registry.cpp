@@ -129,7 +129,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v226", 32, 256}, OpConfig{"v227", 32, 256},
                                                 OpConfig{"v228", 32, 256}, OpConfig{"v229", 32, 256},
                                                 OpConfig{"v230", 32, 256}, OpConfig{"v231", 32, 256},
-                                                OpConfig{"v232", 32, 256}, OpConfig{"v233", 32, 256}};
+                                                OpConfig{"v232", 32, 256}, OpConfig{"v233", 32, 256},
+                                                OpConfig{"v234", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -137,12 +138,13 @@ const int kBuckets[] = {1, 2, 4, 8, 0};
 // Variants without kernels of their own: they run `short_kernels` while every sequence has at most
 // kExactProductsAboveLen tokens and `long_kernels` (about fp32-exact tile products) beyond; where
 // set, `few_waves_kernels` replace the short ones when the chunk-64 forward's jobs would fill fewer
-// than kForward64MinWaves waves of its resident CTAs.
+// than `min_waves` waves of its resident CTAs (kForward64MinWaves; v234 kForward64MinWavesV234).
 struct Dispatch {
   const char* variant;
   const char* short_kernels;
   const char* long_kernels;
   const char* few_waves_kernels = nullptr;
+  double min_waves = kForward64MinWaves;
 };
 const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14", "v13", "v8"},
                               {"v16", "v15", "v8"}, {"v18", "v17", "v8"}, {"v20", "v19", "v8"},
@@ -192,7 +194,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v218", "v216", "v8", "v217"}, {"v221", "v219", "v8", "v220"},
                               {"v224", "v222", "v8", "v223"}, {"v226", "v225", "v8", "v223"},
                               {"v228", "v227", "v8", "v223"}, {"v230", "v229", "v8", "v223"},
-                              {"v233", "v231", "v8", "v232"}};
+                              {"v233", "v231", "v8", "v232"},
+                              {"v234", "v231", "v8", "v232", kForward64MinWavesV234}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -511,7 +514,7 @@ int seq_bucket(long long num_seqs) {
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230 and v233 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230, v233 and v234 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -521,7 +524,7 @@ int seq_bucket(long long num_seqs) {
 // v196's; v200 v198's, or v199's; v203 v201's, or v202's; v206 v204's, or v205's; v209 v207's, or
 // v208's; v212 v210's, or v211's; v215 v213's, or v214's; v218 v216's, or v217's; v221 v219's, or
 // v220's; v224 v222's, or v223's; v226 v225's, or v223's; v228 v227's, or v223's; v230 v229's, or
-// v223's; v233 v231's, or v232's.
+// v223's; v233 v231's, or v232's; v234 likewise, below 1.5 waves instead of two.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -826,7 +829,7 @@ OpConfig resolve_kernels(const OpConfig& c, int64_t longest_sequence, double for
   OpConfig r = c;
   if (longest_sequence > kExactProductsAboveLen) {
     r.variant = d->long_kernels;
-  } else if (d->few_waves_kernels != nullptr && forward64_waves < kForward64MinWaves) {
+  } else if (d->few_waves_kernels != nullptr && forward64_waves < d->min_waves) {
     r.variant = d->few_waves_kernels;
   } else {
     r.variant = d->short_kernels;

@@ -55,6 +55,11 @@ constexpr int64_t kExactProductsAboveLen = 4096;
 // the 64-token forward took 47.6 us against the 32-token one's 39.5, at 2.4 waves (c06) 70.7
 // against 73.1, at 3.5 and more 4 to 12% less.
 constexpr double kForward64MinWaves = 2.0;
+// v234's threshold. Run 148 (H100, v231's and v232's kernels on mixes between c00 and c06): the
+// wide kernels as fast or faster from about 1.7 waves by the bound (the forward 2.4 to 5.1 us faster
+// at 1.70, 1.82 and 1.94 waves, a tie at 1.70 on another mix), the 32-token set 0.4 us faster at
+// 1.21 (c00) and level at 1.09.
+constexpr double kForward64MinWavesV234 = 1.5;
 
 // The configuration whose kernels run a problem whose longest sequence has `longest_sequence`
 // tokens (an upper bound will do): itself, except for the dispatch-only variants. Those that pick

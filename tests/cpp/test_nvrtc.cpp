@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v233") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v234") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -776,6 +776,28 @@ TEST_CASE("v231 and v232 are v222 and v223 with the aligned ticket order", "[reg
   check_one_more_option("v223", "v232", "-DM3_CP_ALIGNED_ENDS=1");
   CHECK(resolve_kernels(parse_op_config("variant=v233"), 1).variant == "v231");
   CHECK(resolve_kernels(parse_op_config("variant=v233"), 1, 1.0).variant == "v232");
+}
+
+TEST_CASE("v234 picks as v233 but runs its wide kernels from 1.5 waves of chunk-64 forward jobs", "[registry]") {
+  const OpConfig c = parse_op_config("variant=v234"), d = parse_op_config("variant=v233");
+  CHECK(picks_by_forward64_waves(c));
+  CHECK_FALSE(is_chunk_parallel(c));
+  CHECK(kForward64MinWavesV234 < kForward64MinWaves);
+  CHECK(resolve_kernels(c, 1).variant == "v231");
+  CHECK(resolve_kernels(c, 1, 1.21).variant == "v232");  // c00
+  CHECK(resolve_kernels(c, 1, 1.49).variant == "v232");
+  CHECK(resolve_kernels(c, 1, kForward64MinWavesV234).variant == "v231");
+  CHECK(resolve_kernels(c, 1, 1.70).variant == "v231");  // run 148's m1
+  CHECK(resolve_kernels(d, 1, 1.70).variant == "v232");  // where v233 takes the 32-token set
+  CHECK(resolve_kernels(c, 1, 2.42).variant == "v231");  // c06
+  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 1.0).variant == "v8");
+  CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
+  const auto specs = specializations_for({c}, "sm_90a");
+  for (const char* set : {"v231", "v232", "v8"}) {
+    INFO(set);
+    const std::string tag = std::string("[") + set + ",";
+    CHECK(std::any_of(specs.begin(), specs.end(), [&](const auto& s) { return s.name.find(tag) != std::string::npos; }));
+  }
 }
 
 TEST_CASE("v229 is v225 whose CTAs load their likely ticket's row with the atomic", "[registry]") {
