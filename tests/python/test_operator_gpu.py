@@ -560,7 +560,7 @@ def test_a_bad_argument_after_the_early_read_back_launches_nothing_and_the_next_
 def test_bind_is_the_operator_with_its_config_fixed():
     """mamba3_jit.bind(config) returns bitwise what the operator returns for that config."""
     case = _case([959, 300, 64], 89)
-    for config in (None, {"variant": "v233", "chunk": 32, "threads": 256}, "variant=v8"):
+    for config in (None, {"variant": "v234", "chunk": 32, "threads": 256}, "variant=v8"):
         bound = mamba3_jit.bind(config)(*case_args(case))
         plain = mamba3_jit.mamba3_siso_varlen_joint_states_full_vjp(*case_args(case), config=config)
         assert len(bound) == len(plain) == 16
