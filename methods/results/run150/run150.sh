@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run 150 (prepared in the thirty-third session, not run there: the device did not start): a
 # second process for run 147's comparison, the default v234 (v233's kernels on every visible case)
-# against v224 on the visible panel, five interleaved passes, pinned. Prediction: v234 about 1.6% below v224 again, c01 the least.
+# against v224 on the visible panel, five interleaved passes, pinned. Prediction: v234 about 1.6%
+# below v224 again, c01 the least.
 # Carry ["scratch", ".deps"].
 set -uo pipefail
 source methods/results/prologue.sh
