@@ -207,13 +207,12 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #define M3_CP_F64_SWAPPED_QK 0
 #endif
 // M3_CP_F64_NEIGHBOUR_PREFETCH (v225): the chunk-64 forward asks L2 for the inputs of its chain's
-// next job (v59's prefetch_chunk_inputs, for the next job's two chunks of 32), and in a sequence's
-// first job for its own chunks too, whose z and dout rows the epilogue reads last. Run 130 put the
-// waits on the job's input rows (the bf16 unpacks of q, k, v, the angles, z and dout) at about 14%
-// of the forward's stall samples: its staging loads came from HBM, since nothing asked for them
-// before. A round of a sequence's jobs starts about two thirds of a job after the round before
-// (160 chains on 264 slots on c01), so the lines have that long to arrive. Nothing else changes:
-// results bitwise v222's.
+// next job (prefetch_job_inputs in m3_forward64.cuh), and in a sequence's first job for its own
+// too, whose z and dout rows the epilogue reads last. Run 130 put the waits on the job's input rows
+// (the bf16 unpacks of q, k, v, the angles, z and dout) at about 14% of the forward's stall
+// samples, and a round of a sequence's jobs starts about two thirds of a job after the round
+// before (160 chains on 264 slots on c01). Results bitwise v222's. Run 146: slower (c01's forward
+// +4.5%, DRAM reads 82 -> 120 MB): most prefetched lines left L2 before their loads came.
 #ifndef M3_CP_F64_NEIGHBOUR_PREFETCH
 #define M3_CP_F64_NEIGHBOUR_PREFETCH 0
 #endif
@@ -223,7 +222,8 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 // the backward 29 to 33 us a wave, the chunk-64 forward 19 to 21), and with sequences of unequal
 // length round order leaves the longest sequence's last rounds with few jobs at the end; a model of
 // the chains (methods/results/run147/chains_model.py) puts the aligned order 0 to 4% faster on
-// the visible cases' kernels. The same jobs in another order: results bitwise v222's.
+// the visible cases' kernels (run 147: the latency geomean -1.6%, every case faster). The same jobs
+// in another order: results bitwise v222's.
 #ifndef M3_CP_ALIGNED_ENDS
 #define M3_CP_ALIGNED_ENDS 0
 #endif
@@ -240,14 +240,12 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 // ticket it drew when that differs. Run 145 put the ticket's barrier at 3.3% of the backward's
 // stall samples (run 130: 4.0% of the chunk-64 forward's): 255 threads waiting on thread 0's two
 // dependent L2 round trips, the atomic and then its row. The same jobs: results bitwise v225's.
+// Run 146: within the bench's noise.
 #ifndef M3_CP_GUESSED_TICKET
 #define M3_CP_GUESSED_TICKET 0
 #endif
 #if M3_CP_GUESSED_TICKET && (!M3_CP_RICH_SCHEDULE || M3_CP_PERSISTENT || M3_CP_HEAD_CLUSTERS)
 #error "M3_CP_GUESSED_TICKET is wired into the one-job kernels with the rich schedule"
-#endif
-#if M3_CP_F64_NEIGHBOUR_PREFETCH && (!M3_CP_NEIGHBOUR_L2_PREFETCH || M3_CP_F64_EARLY_LOADS < 2)
-#error "M3_CP_F64_NEIGHBOUR_PREFETCH uses M3_CP_NEIGHBOUR_L2_PREFETCH's prefetch_chunk_inputs, after v131's early loads"
 #endif
 #if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK || \
      M3_CP_F64_NEIGHBOUR_PREFETCH) && \
@@ -359,6 +357,7 @@ M3_DEV void prefetch_l2(const void* address) { asm volatile("prefetch.global.L2 
 // M3_CP_NEIGHBOUR_L2_PREFETCH=3 (v227): the forward's, and the backward's without the 256 lines of
 // state (which v142's copy has in flight from the job's start anyway): on c01 the backward's
 // inputs come from HBM, the forward's 155 MB of states having passed through L2 since it read them.
+// Run 146: no gain.
 
 M3_DEV void prefetch_chunk_inputs(const M3Params& p, const SeqHead& sh, int jn, const float* state) {
   const int H = p.H, T = p.T;
