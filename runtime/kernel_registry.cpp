@@ -130,7 +130,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v228", 32, 256}, OpConfig{"v229", 32, 256},
                                                 OpConfig{"v230", 32, 256}, OpConfig{"v231", 32, 256},
                                                 OpConfig{"v232", 32, 256}, OpConfig{"v233", 32, 256},
-                                                OpConfig{"v234", 32, 256}};
+                                                OpConfig{"v234", 32, 256}, OpConfig{"v235", 32, 256},
+                                                OpConfig{"v236", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -509,6 +510,10 @@ int seq_bucket(long long num_seqs) {
 // v231 and v232: v222 and v223 whose ticket tables align every chain's last round with the
 // longest's (M3_CP_ALIGNED_ENDS: the longest chains start first). The same jobs: bitwise v222's
 // and v223's.
+// v235 and v236, diagnostics: v231 with m3_cp_backward (v235) or m3_cp_forward64 (v236) launched
+// with 160 KB of dynamic shared memory, so that one CTA an SM fits instead of two. The same
+// cubins and results as v231's; they time a job that has its SM to itself, which the waves
+// reading of the kernels (design note) only inferred.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
@@ -616,6 +621,7 @@ struct VariantTraits {
   bool backward_input_prefetch = false;  // v227: M3_CP_NEIGHBOUR_L2_PREFETCH=3 where v59 set 2
   bool guessed_ticket = false;           // v229: M3_CP_GUESSED_TICKET
   bool aligned_ends = false;             // v231: M3_CP_ALIGNED_ENDS
+  int lone_kernel = 0;                   // v235 (1: m3_cp_backward), v236 (2: the chunk-64 forward)
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -765,7 +771,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v227", "v225", &VariantTraits::backward_input_prefetch},
                                     {"v229", "v225", &VariantTraits::guessed_ticket},
                                     {"v231", "v222", &VariantTraits::aligned_ends},
-                                    {"v232", "v223", &VariantTraits::aligned_ends}};
+                                    {"v232", "v223", &VariantTraits::aligned_ends},
+                                    {"v235", "v231", nullptr, nullptr, &VariantTraits::lone_kernel, 1},
+                                    {"v236", "v231", nullptr, nullptr, &VariantTraits::lone_kernel, 2}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -1060,12 +1068,20 @@ std::size_t layout_bytes(const OpConfig& c, bool forward_only, bool global_state
 }  // namespace
 
 std::size_t scan_smem_bytes(const OpConfig& c) { return layout_bytes(c, false, false); }
+// v235 and v236 (diagnostics): one kernel launched with more shared memory than it uses, so that
+// one CTA an SM fits instead of two (two of these, with the 1 KB the SM reserves for each, exceed
+// its 228 KB). The same cubin; what changes is how many jobs share an SM.
+constexpr std::size_t kLoneCtaSmemBytes = 160 * 1024;
 std::size_t backward_smem_bytes(const OpConfig& c) {
   if (traits(c).backward64) return kM3Backward64SmemBytes;
-  return layout_bytes(c, false, traits(c).global_states);
+  const std::size_t bytes = layout_bytes(c, false, traits(c).global_states);
+  return traits(c).lone_kernel == 1 ? std::max(bytes, kLoneCtaSmemBytes) : bytes;
 }
 std::size_t forward_smem_bytes(const OpConfig& c) {
-  if (traits(c).forward64) return kM3Forward64SmemBytes;
+  if (traits(c).forward64) {
+    return traits(c).lone_kernel == 2 ? std::max<std::size_t>(kM3Forward64SmemBytes, kLoneCtaSmemBytes)
+                                      : kM3Forward64SmemBytes;
+  }
   return layout_bytes(c, traits(c).lean_forward, traits(c).fwd_global_state != 0);
 }
 

@@ -246,7 +246,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v234") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v236") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -778,6 +778,31 @@ TEST_CASE("v231 and v232 are v222 and v223 with the aligned ticket order", "[reg
   CHECK(resolve_kernels(parse_op_config("variant=v233"), 1, 1.0).variant == "v232");
 }
 
+TEST_CASE("v235 and v236 are v231's kernels launched one CTA an SM", "[registry]") {
+  const OpConfig base = parse_op_config("variant=v231");
+  for (const char* name : {"v235", "v236"}) {
+    INFO(name);
+    const OpConfig c = parse_op_config(std::string("variant=") + name);
+    // The same modules (options and so cache keys) as v231's: only the launch differs.
+    CHECK(scan_source(c, 0).options == scan_source(base, 0).options);
+    CHECK(backward_source(c, 0).options == backward_source(base, 0).options);
+    CHECK(reduce_source(c).options == reduce_source(base).options);
+    CHECK(uses_forward64(c));
+    CHECK_FALSE(picks_by_forward64_waves(c));
+  }
+  const OpConfig lone_backward = parse_op_config("variant=v235"), lone_forward = parse_op_config("variant=v236");
+  // Two CTAs of 160 KB, with the 1 KB the SM reserves for each, do not fit in an SM's 228 KB.
+  CHECK(2 * (backward_smem_bytes(lone_backward) + 1024) > 228 * 1024);
+  CHECK(backward_smem_bytes(lone_backward) > backward_smem_bytes(base));
+  CHECK(forward_smem_bytes(lone_backward) == forward_smem_bytes(base));
+  CHECK(2 * (forward_smem_bytes(lone_forward) + 1024) > 228 * 1024);
+  CHECK(forward_smem_bytes(lone_forward) > forward_smem_bytes(base));
+  CHECK(backward_smem_bytes(lone_forward) == backward_smem_bytes(base));
+  // And at most what one CTA may opt into (227 KB).
+  CHECK(backward_smem_bytes(lone_backward) <= 227 * 1024);
+  CHECK(forward_smem_bytes(lone_forward) <= 227 * 1024);
+}
+
 TEST_CASE("v234 picks as v233 but runs its wide kernels from 1.5 waves of chunk-64 forward jobs", "[registry]") {
   const OpConfig c = parse_op_config("variant=v234"), d = parse_op_config("variant=v233");
   CHECK(picks_by_forward64_waves(c));
@@ -901,7 +926,8 @@ TEST_CASE("the waves pickers (v137 to v233) run their wide kernels from two wave
                            "v169", "v171", "v172", "v174", "v175", "v177", "v178", "v180", "v181", "v183",
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
                            "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214",
-                           "v216", "v217", "v219", "v220", "v222", "v223", "v225", "v227", "v229", "v231", "v232", "v8"}) {
+                           "v216", "v217", "v219", "v220", "v222", "v223", "v225", "v227", "v229", "v231", "v232", "v235",
+                           "v236", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
