@@ -9,13 +9,16 @@ holds its slot without slowing the other. Jobs take slots in ticket order (align
 tables), each on the SM with the fewest jobs; a job passes its `pre` point only after its
 predecessor in the chain has passed `pre + upd` (the hand-off). Time steps of 0.05 us.
 
-    python3 methods/results/run151/sharing_model.py
+    python3 methods/results/run151/sharing_model.py [--run148]
 
 prints, per visible case, the modelled and measured (run 151) backward and chunk-64 forward at two
-CTAs an SM (v231) and at one (v235, v236), the model's latencies fitted from c01 alone.
+CTAs an SM (v231) and at one (v235, v236), the model's latencies fitted from c01 alone; with
+--run148, the same latencies against run 148's panel of small mixes (v231's kernels, another
+process and machine).
 """
 import json
 import math
+import sys
 from pathlib import Path
 
 SMS, HEADS, DT = 132, 32, 0.05
@@ -66,18 +69,34 @@ def makespan(lens, chunk, paired, lone, pre, upd, per_sm):
     return t
 
 
+# Per kind: chunk, paired and lone latency (us), pre and upd (us of paired work), the kernel.
+KINDS = [("backward", 32, 29.5, 19.9, 6.0, 3.0, "m3_cp_backward"),
+         ("forward64", 64, 20.0, 14.0, 8.0, 2.0, "m3_cp_forward64")]
+
+
+def run148():
+    bench = json.loads((Path(__file__).parents[1] / "run148" / "bench.json").read_text())
+    for c in bench["cases"]:
+        row = [f"{c['name']} {c['seq_lens']}"]
+        for name, chunk, paired, lone, pre, upd, kernel in KINDS:
+            two = makespan(c["seq_lens"], chunk, paired, lone, pre, upd, 2)
+            m2 = c["solvers"]["v231"]["kernels"][kernel]["us_per_iter"]
+            row.append(f"{name} {two:6.1f} (measured {m2:6.1f})")
+        print("  ".join(row), flush=True)
+
+
 def main():
+    if "--run148" in sys.argv:
+        return run148()
     root = Path(__file__).resolve().parents[3]
     cases = json.loads((root / "python" / "mamba3_jit" / "data" / "visible_cases.json").read_text())["cases"]
     bench = json.loads((Path(__file__).parent / "bench.json").read_text())
     measured = {c["name"]: c["solvers"] for c in bench["cases"]}
     # Latencies from c01 alone (run 151): the backward 4,768 jobs in 533.6 us paired (18.06 waves of
     # 264) and 719.3 us lone (36.12 waves of 132); the chunk-64 forward 2,400 jobs in 192.7 and 255.0.
-    kinds = [("backward", 32, 29.5, 19.9, 6.0, 3.0, "m3_cp_backward"),
-             ("forward64", 64, 20.0, 14.0, 8.0, 2.0, "m3_cp_forward64")]
     for c in cases:
         row = [f"{c['name']}"]
-        for name, chunk, paired, lone, pre, upd, kernel in kinds:
+        for name, chunk, paired, lone, pre, upd, kernel in KINDS:
             two = makespan(c["seq_lens"], chunk, paired, lone, pre, upd, 2)
             one = makespan(c["seq_lens"], chunk, paired, lone, pre, upd, 1)
             m2 = measured[c["name"]]["v231"]["kernels"][kernel]["us_per_iter"]
