@@ -1,0 +1,106 @@
+"""What a kernel that runs forward and backward jobs side by side could gain (a model, no kernel).
+
+sharing_model.py's SMs (two slots, a job 1.48 times faster alone), with one ticket order for both
+kinds: chunk-64 forward jobs and chunk-32 backward jobs, a backward chain (sequence, head) starting
+only after that chain's last forward job is done. `groups` staggers the heads: the forward jobs of
+head group g + 1 come before the backward jobs of group g, so that the two kinds share SMs; with
+one group every forward job comes first. `mix` is how fast each job of a mixed pair runs against a
+same-kind pair (1: no better; 1.48, the backward's lone speed, at most). Against the two kernels
+one after the other (sharing_model.makespan of each).
+
+    python3 methods/results/run151/fused_model.py
+
+In the thirty-fourth session (its output in the design note's section "A job alone on its SM"):
+0 to 3% off the two kernels, on a few cases a loss, even with mixed pairs as fast as lone jobs;
+tickets interleaved two backward to one forward did no better than about 6% on c01 and lost on
+c00 and c06 (the chains stretched).
+"""
+import json
+import math
+from pathlib import Path
+
+from sharing_model import HEADS, KINDS, SMS, DT, makespan
+
+FWD, BWD = KINDS[1][2:6], KINDS[0][2:6]  # paired, lone, pre, upd
+
+
+def aligned_pairs(lens, chunk):
+    chunks = [math.ceil(n / chunk) for n in lens]
+    most = max(chunks)
+    return sorted(((r + most - c, s), s, r) for s, c in enumerate(chunks) for r in range(c)), chunks
+
+
+def fused_order(lens, groups):
+    fp, fc = aligned_pairs(lens, 64)
+    bp, _ = aligned_pairs(lens, 32)
+    hs = HEADS // groups
+    f = [[("f", s, h, r) for _, s, r in fp for h in range(g * hs, (g + 1) * hs)] for g in range(groups)]
+    b = [[("b", s, h, r) for _, s, r in bp for h in range(g * hs, (g + 1) * hs)] for g in range(groups)]
+    order = list(f[0])
+    for g in range(1, groups):
+        order += f[g] + b[g - 1]
+    return order + b[groups - 1], fc
+
+
+def fused_makespan(lens, groups, mix):
+    order, last_fwd = fused_order(lens, groups)
+    par = {"f": FWD, "b": BWD}
+    handed, forward_done = set(), set()
+    load = [0] * SMS
+    running = []
+    nxt, t = 0, 0.0
+    while nxt < len(order) or running:
+        while nxt < len(order):
+            sm = min(range(SMS), key=load.__getitem__)
+            if load[sm] >= 2:
+                break
+            load[sm] += 1
+            running.append([0.0, sm, order[nxt]])
+            nxt += 1
+        kinds = [[] for _ in range(SMS)]
+        moving = []
+        for j in running:
+            k, s, h, r = j[2]
+            pre = par[k][2]
+            if k == "f":
+                parked = r > 0 and j[0] >= pre and ("f", s, h, r - 1) not in handed
+            else:
+                parked = (r == 0 and (s, h) not in forward_done) or \
+                         (r > 0 and j[0] >= pre and ("b", s, h, r - 1) not in handed)
+            if not parked:
+                kinds[j[1]].append(k)
+                moving.append(j)
+        for j in moving:
+            k = j[2][0]
+            paired, lone = par[k][0], par[k][1]
+            ks = kinds[j[1]]
+            rate = paired / lone if len(ks) == 1 else (1.0 if ks[0] == ks[1] else min(mix, paired / lone))
+            j[0] += rate * DT
+            if j[0] >= par[k][2] + par[k][3]:
+                handed.add(j[2])
+        t += DT
+        for j in [j for j in running if j[0] >= par[j[2][0]][0]]:
+            load[j[1]] -= 1
+            running.remove(j)
+            k, s, h, r = j[2]
+            if k == "f" and r == last_fwd[s] - 1:
+                forward_done.add((s, h))
+    return t
+
+
+def main():
+    root = Path(__file__).resolve().parents[3]
+    cases = json.loads((root / "python" / "mamba3_jit" / "data" / "visible_cases.json").read_text())["cases"]
+    for c in cases:
+        lens = c["seq_lens"]
+        apart = makespan(lens, 64, *FWD, 2) + makespan(lens, 32, *BWD, 2)
+        row = [f"{c['name']} two kernels {apart:6.1f} us; one:"]
+        for groups in (1, 2):
+            for mix in (1.0, 1.25, 1.48):
+                x = fused_makespan(lens, groups, mix)
+                row.append(f"g{groups} mix {mix}: {100 * (x / apart - 1):+.1f}%")
+        print("  ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
