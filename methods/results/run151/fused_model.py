@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from sharing_model import HEADS, KINDS, SMS, DT, makespan
+from sharing_model import HEADS, KINDS, chain_wait, makespan, simulate
 
 FWD, BWD = KINDS[1][2:6], KINDS[0][2:6]  # paired, lone, pre, upd
 
@@ -44,48 +44,18 @@ def fused_order(lens, groups):
 
 def fused_makespan(lens, groups, mix):
     order, last_fwd = fused_order(lens, groups)
-    par = {"f": FWD, "b": BWD}
-    handed, forward_done = set(), set()
-    load = [0] * SMS
-    running = []
-    nxt, t = 0, 0.0
-    while nxt < len(order) or running:
-        while nxt < len(order):
-            sm = min(range(SMS), key=load.__getitem__)
-            if load[sm] >= 2:
-                break
-            load[sm] += 1
-            running.append([0.0, sm, order[nxt]])
-            nxt += 1
-        kinds = [[] for _ in range(SMS)]
-        moving = []
-        for j in running:
-            k, s, h, r = j[2]
-            pre = par[k][2]
-            if k == "f":
-                parked = r > 0 and j[0] >= pre and ("f", s, h, r - 1) not in handed
-            else:
-                parked = (r == 0 and (s, h) not in forward_done) or \
-                         (r > 0 and j[0] >= pre and ("b", s, h, r - 1) not in handed)
-            if not parked:
-                kinds[j[1]].append(k)
-                moving.append(j)
-        for j in moving:
-            k = j[2][0]
-            paired, lone = par[k][0], par[k][1]
-            ks = kinds[j[1]]
-            rate = paired / lone if len(ks) == 1 else (1.0 if ks[0] == ks[1] else min(mix, paired / lone))
-            j[0] += rate * DT
-            if j[0] >= par[k][2] + par[k][3]:
-                handed.add(j[2])
-        t += DT
-        for j in [j for j in running if j[0] >= par[j[2][0]][0]]:
-            load[j[1]] -= 1
-            running.remove(j)
-            k, s, h, r = j[2]
-            if k == "f" and r == last_fwd[s] - 1:
-                forward_done.add((s, h))
-    return t
+
+    def wait(job, par):
+        # A backward chain's first job waits, from its start, for its chain's last forward job.
+        kind, s, h, r = job
+        return (0.0, ("done", s, h)) if kind == "b" and r == 0 else chain_wait(job, par)
+
+    def on_done(job, handed):
+        kind, s, h, r = job
+        if kind == "f" and r == last_fwd[s] - 1:
+            handed.add(("done", s, h))
+
+    return simulate(order, {"f": FWD, "b": BWD}, 2, wait, mix, on_done)
 
 
 def main():

@@ -24,19 +24,29 @@ from pathlib import Path
 SMS, HEADS, DT = 132, 32, 0.05
 
 
-def tickets(lens, chunk):
+def tickets(lens, chunk, kind="b"):
     chunks = [math.ceil(n / chunk) for n in lens]
     most = max(chunks)
     pairs = sorted(((r + most - c, s), s, r) for s, c in enumerate(chunks) for r in range(c))
-    return [(s, h, r) for _, s, r in pairs for h in range(HEADS)]
+    return [(kind, s, h, r) for _, s, r in pairs for h in range(HEADS)]
 
 
-def makespan(lens, chunk, paired, lone, pre, upd, per_sm):
-    """paired: a job's latency with two jobs running on its SM (us); lone: alone (us)."""
-    order = tickets(lens, chunk)
-    handed = set()  # (s, h, r) whose hand-off point is passed
+def chain_wait(job, par):
+    """A job of round r > 0 parks at `pre` until its chain predecessor has handed on."""
+    kind, s, h, r = job
+    return (par[kind][2], (kind, s, h, r - 1)) if r > 0 else None
+
+
+def simulate(order, par, per_sm, wait=chain_wait, mix=1.0, on_done=None):
+    """The time the jobs of `order` (kind, sequence, head, round), in ticket order, take on the SMs.
+    par[kind] = (paired, lone, pre, upd): latencies (us) and the hand-off points (us of paired
+    work). wait(job, par) gives (progress, key): the job parks at that progress until key is in the
+    handed set, where each job adds itself once past pre + upd (and on_done(job, handed) may add
+    more when it ends). A job runs at 1 beside a job of its kind, paired / lone alone, and at
+    min(mix, paired / lone) beside one of another kind."""
+    handed = set()
     load = [0] * SMS  # resident jobs per SM
-    running = []  # [progress, sm, (s, h, r)]
+    running = []  # [progress, sm, job]
     nxt, t = 0, 0.0
     while nxt < len(order) or running:
         # Fill free slots in ticket order, each on the least loaded SM.
@@ -47,26 +57,34 @@ def makespan(lens, chunk, paired, lone, pre, upd, per_sm):
             load[sm] += 1
             running.append([0.0, sm, order[nxt]])
             nxt += 1
-        # Which jobs progress this step: not those parked at `pre` behind their chain neighbour.
-        active = [0] * SMS
+        # Which jobs progress this step: not those parked behind what they wait for.
+        kinds = [[] for _ in range(SMS)]
         moving = []
         for j in running:
-            s, h, r = j[2]
-            parked = r > 0 and j[0] >= pre and (s, h, r - 1) not in handed
-            if not parked:
-                active[j[1]] += 1
+            w = wait(j[2], par)
+            if w is None or j[0] < w[0] or w[1] in handed:
+                kinds[j[1]].append(j[2][0])
                 moving.append(j)
         for j in moving:
-            rate = 1.0 if active[j[1]] >= 2 else paired / lone
+            paired, lone, pre, upd = par[j[2][0]]
+            ks = kinds[j[1]]
+            rate = paired / lone if len(ks) == 1 else (1.0 if ks[0] == ks[1] else min(mix, paired / lone))
             j[0] += rate * DT
             if j[0] >= pre + upd:
                 handed.add(j[2])
         t += DT
-        done = [j for j in running if j[0] >= paired]
+        done = [j for j in running if j[0] >= par[j[2][0]][0]]
         for j in done:
             load[j[1]] -= 1
             running.remove(j)
+            if on_done:
+                on_done(j[2], handed)
     return t
+
+
+def makespan(lens, chunk, paired, lone, pre, upd, per_sm):
+    """One kernel's jobs: paired, a job's latency with two jobs running on its SM (us); lone, alone."""
+    return simulate(tickets(lens, chunk), {"b": (paired, lone, pre, upd)}, per_sm)
 
 
 # Per kind: chunk, paired and lone latency (us), pre and upd (us of paired work), the kernel.
