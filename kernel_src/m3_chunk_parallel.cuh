@@ -424,18 +424,17 @@ M3_DEV void prefetch_chunk_inputs_lean(const M3Params& p, const SeqHead& sh, int
 }
 #endif
 
-#if M3_CP_GUESSED_TICKET
-// Row q of a ticket table (kScheduleInts words a row), or {-1, ...} past its capacity.
-M3_DEV void ticket_row(const int* table, long long q, long long capacity, int4& first, int4& second) {
+// Row q of a ticket table (kScheduleInts words a row) when the caller says it is in the table, else
+// {-1, ...} (no job).
+M3_DEV void ticket_row(const int* table, long long q, bool in_table, int4& first, int4& second) {
   first = make_int4(-1, 0, 0, 0);
   second = make_int4(0, 0, 0, 0);
-  if (q >= 0 && q < capacity) {
+  if (in_table) {
     const int4* entry = reinterpret_cast<const int4*>(table + kScheduleInts * q);
     first = entry[0];
     second = entry[1];
   }
 }
-#endif
 
 M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
 #if M3_CP_GUESSED_TICKET
@@ -444,7 +443,7 @@ M3_DEV Job take_ticket(const M3Params& p, int* counter, int* shared) {
     // while the atomic travels: right, the job is known one L2 round trip sooner.
     const long long guess_q = blockIdx.x / p.H;
     int4 first, second;
-    ticket_row(p.ws_schedule, guess_q, p.chunk_capacity, first, second);
+    ticket_row(p.ws_schedule, guess_q, guess_q >= 0 && guess_q < p.chunk_capacity, first, second);
     decode_ticket(p, atomicAdd(counter, 1), shared, guess_q, first, second);
   }
 #else

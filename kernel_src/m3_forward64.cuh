@@ -129,19 +129,15 @@ M3_DEV Job64 take_ticket64(const M3Params& p, int* words) {
     const int* table = p.ws_schedule + kScheduleInts * p.chunk_capacity;
     const long long guess_q = kBackward ? -1 : static_cast<long long>(blockIdx.x) / p.H;
     int4 first, second;
-    ticket_row(table, guess_q, p.chunk_capacity, first, second);
+    ticket_row(table, guess_q, guess_q >= 0 && guess_q < p.chunk_capacity, first, second);
     const long long t = atomicAdd(p.ws_sync, 1) - drawn_before;
     const long long q = t / p.H;
-    if (q != guess_q) ticket_row(table, (!kBackward || t >= 0) ? q : -1, p.chunk_capacity, first, second);
+    if (q != guess_q) ticket_row(table, q, (!kBackward || t >= 0) && q >= 0 && q < p.chunk_capacity, first, second);
 #else
     const long long t = atomicAdd(p.ws_sync, 1) - drawn_before;
     const long long q = t / p.H;
-    int4 first = make_int4(-1, 0, 0, 0), second = make_int4(0, 0, 0, 0);
-    if ((!kBackward || t >= 0) && q < p.chunk_capacity) {
-      const int4* entry = reinterpret_cast<const int4*>(p.ws_schedule + kScheduleInts * (p.chunk_capacity + q));
-      first = entry[0];
-      second = entry[1];
-    }
+    int4 first, second;  // the second table, rows chunk_capacity on
+    ticket_row(p.ws_schedule, p.chunk_capacity + q, (!kBackward || t >= 0) && q < p.chunk_capacity, first, second);
 #endif
     words[0] = first.x;
     words[1] = kBackward ? (second.x + kJob - 1) / kJob - 1 - first.y : first.y;  // the round from the end
