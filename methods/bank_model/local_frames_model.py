@@ -107,7 +107,8 @@ def sequence_forward_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z,
         lam = torch.cumsum(x[:, a:b], dim=1)                          # (H, b - a, A)
         lam_tok = taps.leaf(taps.lam, lam) if taps else lam
         if taps:
-            state = state if state.requires_grad else state.requires_grad_(True)
+            if not state.requires_grad:  # the first chunk's zero state
+                state.requires_grad_(True)
             state.retain_grad()
             taps.entering.append(state)
         qr = R._rotate(qh[:, a:b], lam_tok)
