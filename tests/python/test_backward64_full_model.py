@@ -3,17 +3,11 @@ against the float64 truth: the two sides' index schemes with the per-token terms
 adds (u, dsc, x, G's row and column sums, both halves of dphi, da per chunk), combined by the
 mathematics of v103's tail, give every gradient. No GPU: it guards the terms' scheme while the
 kernel is changed; the GPU tests check the kernel itself."""
-import importlib.util
-import sys
-from pathlib import Path
 
 from mamba3_jit.reference import make_case
+from bank_models import load_model
 
-_DIR = Path(__file__).resolve().parents[2] / "methods" / "bank_model"
-sys.path.insert(0, str(_DIR))
-_spec = importlib.util.spec_from_file_location("backward64_full_model", _DIR / "backward64_full_model.py")
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("backward64_full_model")
 
 
 def test_whole_backward_terms_give_every_gradient():

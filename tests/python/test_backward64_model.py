@@ -2,18 +2,14 @@
 (methods/bank_model/backward64_model.py): the forward's V_j, the state gradient's elementwise
 recurrence, independent chunks and scalar carries give autograd's VJP to rounding. It guards the
 decomposition the wgmma backward will be written against."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
 from mamba3_jit.reference import RESULT_NAMES, case_args, make_case, reference_fwd_vjp
+from bank_models import load_model
 
-_PATH = Path(__file__).resolve().parents[2] / "methods" / "bank_model" / "backward64_model.py"
-_spec = importlib.util.spec_from_file_location("backward64_model", _PATH)
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("backward64_model")
 
 
 @pytest.mark.parametrize("lens,heads,seed", [([150, 33, 64, 1, 0, 97], 2, 5), ([300, 65], 1, 9)])

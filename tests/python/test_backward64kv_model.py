@@ -5,19 +5,13 @@ operand's order; the chain's hand-off through the even-chunk flags, each raised 
 only once raised; the transposed scores' and G tiles; the dk, partial and dv slots, each written
 once) gives every token's per-head dk, every chunk's dk_bias partial and dv. No GPU: it guards the
 scheme while the kernel is changed; the GPU tests check the kernel itself."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from mamba3_jit.reference import make_case
+from bank_models import load_model
 
-_DIR = Path(__file__).resolve().parents[2] / "methods" / "bank_model"
-sys.path.insert(0, str(_DIR))
-_spec = importlib.util.spec_from_file_location("backward64kv_model", _DIR / "backward64kv_model.py")
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("backward64kv_model")
 
 
 # Empty, one-token, 63/64/65-token and multi-job sequences (chains of up to three jobs); [65] fills

@@ -4,19 +4,13 @@ read through wgmma descriptors at sub-tile offsets, register operands from the f
 states and from the KS tile, each thread holding a rotary pair, the ws_dqh and partial slots, every
 one written once) gives every token's per-head dq and every chunk's dq_bias partial. No GPU: it
 guards the scheme while the kernel is changed; the GPU tests check the kernel itself."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from mamba3_jit.reference import make_case
+from bank_models import load_model
 
-_DIR = Path(__file__).resolve().parents[2] / "methods" / "bank_model"
-sys.path.insert(0, str(_DIR))
-_spec = importlib.util.spec_from_file_location("backward64q_model", _DIR / "backward64q_model.py")
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("backward64q_model")
 
 
 # Empty, one-token, 63/64/65-token and multi-job sequences; [65] fills the workspace's capacity.

@@ -4,17 +4,13 @@ offsets, fragment layouts, KS^T's permuted rows, the quad shuffle transpose, the
 job table's round order and the chain's slots and flags, all inside the workspace) gives the right
 outputs, final states and the states the backward reads. No GPU: it guards the scheme while the kernel is changed; the GPU tests
 check the kernel itself."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from mamba3_jit.reference import case_args, make_case, reference_fwd_vjp
+from bank_models import load_model
 
-_PATH = Path(__file__).resolve().parents[2] / "methods" / "bank_model" / "forward64_model.py"
-_spec = importlib.util.spec_from_file_location("forward64_model", _PATH)
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("forward64_model")
 
 
 # [65]: the sequence's chunks fill the workspace's capacity (T / 32 + S), so a slot past the last

@@ -3,17 +3,13 @@
 rotated by the chunk's angle total at the hand-off gives the reference's sixteen results, and the
 angle gradient that crosses chunks is the closed-form hand-off and final-state terms. It guards the
 form a kernel without the angle kernel would be written against."""
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from mamba3_jit.reference import make_case
+from bank_models import load_model
 
-_PATH = Path(__file__).resolve().parents[2] / "methods" / "bank_model" / "local_frames_model.py"
-_spec = importlib.util.spec_from_file_location("local_frames_model", _PATH)
-model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(model)
+model = load_model("local_frames_model")
 
 
 @pytest.mark.parametrize("lens,heads,seed", [([150, 33, 64, 1, 0, 97], 2, 5), ([300, 65], 1, 9)])

@@ -1,16 +1,10 @@
 """The shared-memory bank model of the swizzled tiles (methods/bank_model/sw128_banks.py), on the
 chunk-64 forward's q/k staging stores: v119's order takes twice the floor, v156's order the floor."""
-import importlib.util
-from pathlib import Path
-
-_PATH = Path(__file__).resolve().parents[2] / "methods" / "bank_model" / "sw128_banks.py"
+from bank_models import load_model
 
 
 def _model():
-    spec = importlib.util.spec_from_file_location("sw128_banks", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_model("sw128_banks")
 
 
 def test_qk_octet_stores_meet_the_floor_only_with_swapped_halves():
