@@ -256,7 +256,41 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 namespace m3cp {
 using namespace m3scan;
 
+#if M3_CP_HANDOFF_CARRIES
+// A chunk's tail record (chunk j > 0 writes it for chunk j - 1): cross(G, S) of each half of the
+// state's rows and sum G S of each warp (right after the update), dc_pending (at the tail's
+// start), the two halves of the one-token shift at the boundary before the chunk (ddt, dp, p and
+// dt of its first token from this chunk; dgamma of the token before from chunk j - 1), and, in
+// the record of a sequence's last chunk only, the vector K.
+constexpr int kRecCross = 0;
+constexpr int kRecGs = 2 * A;
+constexpr int kRecDcPending = kRecGs + NW;
+constexpr int kRecDdtFirst = kRecDcPending + 1, kRecDpFirst = kRecDcPending + 2, kRecPn = kRecDcPending + 3,
+              kRecDtn = kRecDcPending + 4, kRecDgl = kRecDcPending + 5;
+constexpr int kRecK = kRecDcPending + 8;
+constexpr int kTailWords = kRecK + A;
+static_assert(kTailWords <= m3_tail_words(A), "the host sizes ws_tail by m3_tail_words");
+// Level 2: what every word of a tail record holds until its writer stores it; a NaN payload that
+// no float operation produces (theirs is 0x7fffffff), so a NaN result cannot look unwritten.
+constexpr unsigned kUnwritten = 0x7fbadbadu;
+M3_DEV bool unwritten(float x) { return __float_as_uint(x) == kUnwritten; }
+// A record word written once and read by a job of another CTA: relaxed at gpu scope at level 2
+// (the word is the signal, no fence orders it); a plain store at level 1, which flags it.
+M3_DEV void put_record_word(float* at, float x) {
+  if constexpr (M3_CP_HANDOFF_CARRIES == 2) {
+    asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
+  } else {
+    *at = x;
+  }
+}
+M3_DEV float poll_record_word(const float* at) {
+  float x;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(x) : "l"(at));
+  return x;
+}
+#else
 constexpr int kTailWords = A + 4;  // Phi carry[A], dadt_run, dc_pending, ddt_first, dp_first
+#endif
 
 M3_DEV int seq_chunks(const M3Params& p, int i) { return m3_seq_chunks(p.cu_seqlens, i, C); }
 
@@ -817,6 +851,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + M3_TID();
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
+#if M3_CP_HANDOFF_CARRIES == 2
+    const long long tail_words = static_cast<long long>(p.chunk_capacity) * H * kTailWords;
+    for (long long i = first; i < tail_words; i += stride) p.ws_tail[i] = __uint_as_float(kUnwritten);
+#endif
   }
   const SeqHead sh = seq_head(p, seq, h);
   const int chunks = (sh.len + C - 1) / C;
@@ -1244,6 +1282,69 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_LEAN_FORWARD ? M3
 #endif
 }
 
+#if M3_CP_HANDOFF_CARRIES
+namespace m3cp {
+// Right after a chunk's update publishes G, the gradient of the state S entering the chunk (the
+// update's accumulators; S in s.t1, where the update read it): each row half's cross(G, S) and
+// each warp's sum G S to the chunk's tail record, straight from registers, for the job of the
+// chunk before (M3_CP_HANDOFF_CARRIES). A pair (2 i, 2 i + 1) of columns sits in one thread, as
+// accumulator entries 2 h and 2 h + 1 of n-tile jj; the warps of the first 2 A columns hold the
+// angle pairs, a warp's lanes of one t the same pairs on eight rows.
+M3_DEV void write_handoff_partials(const M3Params& p, const Smem& s, const StateTile& upd, long long slot) {
+  static_assert(M3_FRAG_DS && M3_CP_SMEM_STATE && !M3_CP_SWIZZLE_FOLD && !M3_FRAG_ST,
+                "reads S where and as the update reads it");
+  static_assert(StateTile::WN == 32 && StateTile::NTL == 4 && (2 * A) % StateTile::WN == 0 && P / StateTile::WM == 2,
+                "whole warps of angle columns, two row halves");
+  float* rec = p.ws_tail + slot * kTailWords;
+  const int lane = M3_TID() & 31;
+  float gs = 0.f, cross[StateTile::NTL] = {};
+#pragma unroll
+  for (int i = 0; i < StateTile::MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = upd.m0 + i * 16 + upd.g + (h << 3);
+#pragma unroll
+      for (int jj = 0; jj < StateTile::NTL; ++jj) {
+        const float2 st = *reinterpret_cast<const float2*>(s.t1 + M3_SS(r, upd.n0 + 8 * jj + 2 * upd.t));
+        const float g0 = upd.acc[i][jj][2 * h], g1 = upd.acc[i][jj][2 * h + 1];
+        gs = fmaf(g0, st.x, gs);
+        gs = fmaf(g1, st.y, gs);
+        cross[jj] = fmaf(g0, st.y, cross[jj]);
+        cross[jj] = fmaf(-g1, st.x, cross[jj]);
+      }
+    }
+  gs = warp_sum(gs);
+  if (lane == 0) put_record_word(&rec[kRecGs + (M3_TID() >> 5)], gs);
+  // Every warp shuffles (outside any branch, so that no divergent-path copy is compiled); the
+  // warps of the angle columns store.
+#pragma unroll
+  for (int jj = 0; jj < StateTile::NTL; ++jj)
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) cross[jj] += __shfl_xor_sync(0xffffffffu, cross[jj], o);
+  if (upd.n0 < 2 * A && upd.g == 0) {
+#pragma unroll
+    for (int jj = 0; jj < StateTile::NTL; ++jj)
+      put_record_word(&rec[kRecCross + (upd.m0 / StateTile::WM) * A + upd.n0 / 2 + 4 * jj + upd.t], cross[jj]);
+  }
+}
+
+// One side of the chunk boundary before token tg, the first of the chunk whose record is `rec`:
+// after its half of the one-token shift is in the record, it counts itself in on the boundary's
+// tail flag (2 a side, over the 1 of the record's early words); the second side to arrive writes
+// the token's ddt and dtrap from the record alone, so the bits do not depend on which side it is.
+// Thread 0 of a job.
+M3_DEV void meet_at_boundary(const M3Params& p, int h, const float* rec, int* flag, int tg) {
+  int before;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 2;" : "=r"(before) : "l"(flag) : "memory");
+  if (before < 2) return;
+  const float ddt_first = __ldcg(rec + kRecDdtFirst), dp_first = __ldcg(rec + kRecDpFirst);
+  const float pn = __ldcg(rec + kRecPn), dtn = __ldcg(rec + kRecDtn), dgl = __ldcg(rec + kRecDgl);
+  p.ddt[h * p.T + tg] = ddt_first + dgl * (1.f - pn);
+  p.dtrap[h * p.T + tg] = f2bf((dp_first - dgl * dtn) * pn * (1.f - pn));
+}
+}  // namespace m3cp
+#endif
+
 // M3_CP_GLOBAL_STATES: 107 KB of shared memory, and at most 128 registers (which the kernel
 // needs without spilling): two CTAs per SM.
 extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2 : 1)
@@ -1482,7 +1583,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // The warp totals wait in red[kDaWords, kDaWords + NW), clear of the tail carries; the tail adds
   // them up after barriers enough.
   constexpr int kDaWords = 64;
-  static_assert(kDaWords >= kTailWords && kDaWords + NW <= NT, "red holds the carries and the da words");
+  static_assert((M3_CP_HANDOFF_CARRIES || kDaWords >= kTailWords) && kDaWords + NW <= NT,
+                "red holds the carries and the da words");
   part = warp_sum(part);
   if ((tid & 31) == 0) s.red[kDaWords + (tid >> 5)] = part;
 #elif M3_CP_TRIMS
@@ -1491,6 +1593,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float da = alpha * block_sum<NT>(part, s.red);
 #endif
   if (j > 0) publish(backward_flags(p) + slot);
+#if M3_CP_HANDOFF_CARRIES
+  if (j > 0) write_handoff_partials(p, s, upd, slot);
+#endif
 
   backward_intra(p, sh, s, a, len);
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
@@ -1513,6 +1618,50 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   static_assert(A == 32, "a lane per angle carry");
   BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
   if (tid < 32) {
+#if M3_CP_HANDOFF_CARRIES == 2
+    // The successor's early words and K from the sequence's last chunk, polled until none is
+    // unwritten (K is long there unless the last chunk is the successor).
+    float phi_carry = 0.f, gs = 0.f, pending = 0.f;
+    if (!last) {
+      const long long slot_last = slot + static_cast<long long>(chunks - 1 - j) * H;
+      const float* rec = p.ws_tail + (slot + H) * kTailWords;
+      const float* k_vec = p.ws_tail + slot_last * kTailWords + kRecK;
+      for (;;) {
+        const float c0 = poll_record_word(rec + kRecCross + tid), c1 = poll_record_word(rec + kRecCross + A + tid);
+        const float k = poll_record_word(k_vec + tid);
+        gs = tid < NW ? poll_record_word(rec + kRecGs + tid) : 0.f;
+        pending = poll_record_word(rec + kRecDcPending);
+        phi_carry = (c0 + c1) + k;
+        if (__all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs) &&
+                                        !unwritten(pending)))
+          break;
+        __nanosleep(64);
+      }
+    }
+    s.big_phi_carry()[tid] = phi_carry;
+    bc.dadt_run = warp_sum(gs);  // the same bits in every lane: each level adds the same pair
+    bc.dc_pending = pending;
+#elif M3_CP_HANDOFF_CARRIES
+    // The successor's early words, and K from the sequence's last chunk (long done unless that
+    // is the successor, whose flag then covers K too).
+    float phi_carry = 0.f, gs = 0.f, pending = 0.f;
+    if (!last) {
+      const long long slot_last = slot + static_cast<long long>(chunks - 1 - j) * H;
+      if (tid == 0) {
+        spin_acquire(tail_flags(p) + slot + H);
+        if (slot_last != slot + H) spin_acquire(tail_flags(p) + slot_last);
+      }
+      __syncwarp();
+      const float* rec = p.ws_tail + (slot + H) * kTailWords;
+      phi_carry = (__ldcg(rec + kRecCross + tid) + __ldcg(rec + kRecCross + A + tid)) +
+                  __ldcg(p.ws_tail + slot_last * kTailWords + kRecK + tid);
+      gs = tid < NW ? __ldcg(rec + kRecGs + tid) : 0.f;
+      pending = __ldcg(rec + kRecDcPending);
+    }
+    s.big_phi_carry()[tid] = phi_carry;
+    bc.dadt_run = warp_sum(gs);  // the same bits in every lane: each level adds the same pair
+    bc.dc_pending = pending;
+#else
     float phi_carry = 0.f, extra = 0.f;
     if (!last) {
       if (tid == 0) spin_acquire(tail_flags(p) + slot + H);
@@ -1526,6 +1675,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     bc.dc_pending = __shfl_sync(0xffffffffu, extra, 1);
     bc.ddt_first = __shfl_sync(0xffffffffu, extra, 2);
     bc.dp_first = __shfl_sync(0xffffffffu, extra, 3);
+#endif
   }
   __syncthreads();
 #if M3_CP_OVERLAPPED_REDUCE
@@ -1565,7 +1715,75 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #pragma unroll
   for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];
   const float da = alpha * da_sum;
+#if M3_CP_HANDOFF_CARRIES
+  if (j > 0 && tid < 32) {
+    // dc_pending (the chunk's dc terms that fall on the token before it) completes the early
+    // words; the barrier above ordered every warp's partials before thread 0's release. The last
+    // chunk raises its flag only once K is in.
+    static_assert(C == 32, "a lane per token");
+    const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
+    if (tid == 0) {
+#if M3_CP_HANDOFF_CARRIES == 2
+      put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, -da - sum_u);
+#else
+      p.ws_tail[slot * kTailWords + kRecDcPending] = -da - sum_u;
+      if (!last) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(tail_flags(p) + slot) : "memory");
+#endif
+    }
+  }
+#endif
   backward_token_scalars_parallel(p, sh, s, a, len, last, da, 0.f, bc);
+#if M3_CP_HANDOFF_CARRIES == 2
+  // K (the last chunk), this chunk's half of the shift at the boundary before it, and the first
+  // poll of the successor's half, which thread 0 uses only after the bias partials below.
+  float dgl = 0.f, late[4] = {};
+  if (tid < 32) {
+    float* rec = p.ws_tail + slot * kTailWords;
+    if (j > 0 && last) {
+      put_record_word(rec + kRecK + tid,
+                      s.big_phi_carry()[tid] - (__ldcg(rec + kRecCross + tid) + __ldcg(rec + kRecCross + A + tid)));
+    }
+    if (tid == 0 && j > 0) {
+      put_record_word(rec + kRecDdtFirst, bc.ddt_first);
+      put_record_word(rec + kRecDpFirst, bc.dp_first);
+      put_record_word(rec + kRecPn, s.vv(kVecP)[0]);
+      put_record_word(rec + kRecDtn, s.vv(kVecDt)[0]);
+    }
+    if (tid == 0 && !last) {
+      dgl = s.vv(kVecDgam)[len - 1];
+      static_assert(kRecDpFirst == kRecDdtFirst + 1 && kRecPn == kRecDdtFirst + 2 && kRecDtn == kRecDdtFirst + 3,
+                    "the successor's half in four consecutive words");
+#pragma unroll
+      for (int q = 0; q < 4; ++q) late[q] = poll_record_word(p.ws_tail + (slot + H) * kTailWords + kRecDdtFirst + q);
+    }
+  }
+#elif M3_CP_HANDOFF_CARRIES
+  if (tid < 32) {
+    float* rec = p.ws_tail + slot * kTailWords;
+    if (j > 0 && last) {
+      // K: the sum of dphi over this chunk's tokens (the scan's carry) less cross(G, S) of the
+      // state entering it, which the consumer adds back.
+      rec[kRecK + tid] =
+          s.big_phi_carry()[tid] - (__ldcg(rec + kRecCross + tid) + __ldcg(rec + kRecCross + A + tid));
+      __syncwarp();
+      if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(tail_flags(p) + slot) : "memory");
+    }
+    if (tid == 0) {
+      if (j > 0) {
+        rec[kRecDdtFirst] = bc.ddt_first;
+        rec[kRecDpFirst] = bc.dp_first;
+        rec[kRecPn] = s.vv(kVecP)[0];
+        rec[kRecDtn] = s.vv(kVecDt)[0];
+        meet_at_boundary(p, sh.h, rec, tail_flags(p) + slot, sh.start + a);
+      }
+      if (!last) {
+        float* next = p.ws_tail + (slot + H) * kTailWords;
+        next[kRecDgl] = s.vv(kVecDgam)[len - 1];
+        meet_at_boundary(p, sh.h, next, tail_flags(p) + slot + H, sh.start + a + len);
+      }
+    }
+  }
+#else
   if (j > 0 && tid < 32) {
     // Warp 0's writes, ordered by the warp barrier before lane 0's release.
     float* rec = p.ws_tail + slot * kTailWords;
@@ -1579,6 +1797,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     __syncwarp();
     if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(tail_flags(p) + slot), "r"(1) : "memory");
   }
+#endif
 #if M3_CP_HEAD_CLUSTERS
   cluster_wait();
   sum_cluster_heads(p, s, sh.h, sh.start + a, len);
@@ -1589,6 +1808,22 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid == 0) p.ws_partial[slot * (2 * N + 1) + 2 * N] = bc.dd_sum;
 #else
   write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
+#endif
+#if M3_CP_HANDOFF_CARRIES == 2
+  // ddt and dtrap of the successor's first token: its half of the shift (polled again only if
+  // the first poll found it unwritten) and dgamma of this chunk's last token.
+  if (tid == 0 && !last) {
+    const float* next = p.ws_tail + (slot + H) * kTailWords + kRecDdtFirst;
+    while (unwritten(late[0]) || unwritten(late[1]) || unwritten(late[2]) || unwritten(late[3])) {
+      __nanosleep(64);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) late[q] = poll_record_word(next + q);
+    }
+    const float ddt_first = late[0], dp_first = late[1], pn = late[2], dtn = late[3];
+    const long long at = static_cast<long long>(sh.h) * p.T + sh.start + a + len;
+    p.ddt[at] = ddt_first + dgl * (1.f - pn);
+    p.dtrap[at] = f2bf((dp_first - dgl * dtn) * pn * (1.f - pn));
+  }
 #endif
 #if M3_CP_HEAD_CLUSTERS
   cluster_wait();  // no peer reads this CTA's rows any more

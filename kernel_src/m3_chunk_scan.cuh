@@ -79,6 +79,30 @@
 #if M3_CP_TRIMS2 && !M3_CP_FRAG_SUMS
 #error "M3_CP_TRIMS2 builds on M3_CP_FRAG_SUMS"
 #endif
+// M3_CP_HANDOFF_CARRIES (v237, v238): a backward job no longer waits, at the start of its
+// per-token tail, for the successor's tail record written at the successor's very end (run 155:
+// that chain was 4.6% of m3_cp_backward). The angle and decay carries are functions of what the
+// successor holds at its state-gradient update (design note, "Chunk-local rotary frames, and the
+// carries a hand-off already holds"): the sum of dphi over every later token is cross(G, S) + K
+// and that of dc is sum G S, with S the state entering the successor's chunk, G its gradient and
+// K one vector per sequence and head, which the sequence's last chunk works out from its own
+// tail. The successor writes those partials right after its update and raises its tail flag at
+// the start of its tail. Only the one-token shift of the trapezoid stays late: each side of a
+// chunk boundary writes its half (ddt and dp of the first token; dgamma of the last token before
+// it) and the second to arrive combines them, so nobody waits for it.
+// Level 2 (v240, v241): run 156 found level 1's backward 5 to 9% slower than v231's; its flags
+// cost a fence each (the early one before warp 0's per-token tail, behind the epilogue's stores)
+// and the boundary an acq_rel atomic a side. Level 2 has neither: m3_cp_angles fills the tail
+// records with a NaN no arithmetic makes (kUnwritten), every word is written once by a relaxed
+// store and read by relaxed loads until it is not kUnwritten (a 32-bit word arrives whole), and
+// the job of chunk j - 1 writes ddt and dtrap of chunk j's first token itself, at its very end,
+// from chunk j's half, which by then is almost always there.
+#ifndef M3_CP_HANDOFF_CARRIES
+#define M3_CP_HANDOFF_CARRIES 0
+#endif
+#if M3_CP_HANDOFF_CARRIES && !M3_CP_TRIMS2
+#error "M3_CP_HANDOFF_CARRIES replaces M3_CP_TRIMS2's tail record"
+#endif
 // M3_CP_GLOBAL_STATES (v23): the backward keeps neither the entering state nor the state gradient
 // in shared memory: the three tile products that use them and the update read their operands
 // straight from global memory (the state from the forward's workspace, the gradient from L2, where
@@ -1552,8 +1576,9 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
     sum_u = warp_sum(sum_u);
     bc.dd_sum += warp_sum(sum_dyv);
 #endif
-    // The first token of the chunk after this one still waits for dgam of our last token.
-    if (!last_chunk && lane == 0) {
+    // The first token of the chunk after this one still waits for dgam of our last token
+    // (M3_CP_HANDOFF_CARRIES: the caller hands dgam on instead).
+    if (!M3_CP_HANDOFF_CARRIES && !last_chunk && lane == 0) {
       const int tg = sh.start + a + len;
 #if M3_CP_TRIMS
       const float pn = s.scalars()[kScalarPNext];

@@ -48,7 +48,7 @@ struct M3Params {
   float* ws_partial;  // [partial_rows][H][2N+1]: dq_bias, dk_bias and dd partial sums
   // workspace of the chunk-parallel variant (v10); unused by the walkers
   float* ws_dstates;  // [chunk capacity][H][P][N]: the gradient of the state entering each chunk
-  float* ws_tail;     // [chunk capacity][H][A + 4]: the backward carries a chunk hands to the one before
+  float* ws_tail;     // [chunk capacity][H][m3_tail_words(A)]: the backward carries a chunk hands to the one before
   // 2 ticket counters, then 3 x [chunk capacity][H] ready flags, then (M3_CP_FUSED_HEADS,
   // M3_CP_OVERLAPPED_REDUCE) a heads-done count per chunk; m3_cp_angles zeroes them in every call.
   int* ws_sync;
@@ -81,6 +81,10 @@ struct M3Params {
   // loads instead of rebuilding (M3_CP_STORED_MIXING, v69); null for the other variants.
   float* ws_mixing;
 };
+
+// Words of a chunk's backward tail record in ws_tail: A + 4 up to v236, 3 A + 16 for the hand-off
+// carries of v237 on (m3_chunk_parallel.cuh, kRec*); the host sizes every variant's for the larger.
+static constexpr long long m3_tail_words(long long angles) { return 3 * angles + 16; }
 
 // Where the heads-done counts start in ws_sync (ints): after the two ticket counters and the
 // forward, backward and tail flags. The backward counts into them and the overlapped reduce

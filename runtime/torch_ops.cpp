@@ -207,7 +207,7 @@ WorkspaceLayout workspace_layout(const OpConfig& run_config, const Problem& pb, 
   // The chunk-64 forward (v119) hands its chain's states on through this piece, forward only too.
   const bool forward64 = chunk_parallel && uses_forward64(run_config);
   w.n_dstates = chunk_parallel && (!forward_only || forward64) ? w.n_states + H * P * N : 0;
-  w.n_tail = chunk_parallel ? w.total_chunks * H * (A + 4) : 0;
+  w.n_tail = chunk_parallel ? w.total_chunks * H * m3_tail_words(A) : 0;
   // Tickets, flags and (M3_CP_FUSED_HEADS) a heads-done count per chunk: ints, carved as floats.
   w.n_sync = chunk_parallel ? 2 + 3 * w.total_chunks * H + w.total_chunks : 0;
   // Ints, rewritten every call: 8 per chunk, the entry of M3_CP_RICH_SCHEDULE (v63; the variants
