@@ -264,7 +264,9 @@ using namespace m3scan;
 // the record of a sequence's last chunk only, the vector K.
 constexpr int kRecCross = 0;
 constexpr int kRecGs = 2 * A;
-constexpr int kRecDcPending = kRecGs + NW;
+// Level 3 leaves sum G S summed over a warp's rows only: one word per warp and lane column t.
+constexpr int kGsWords = (M3_CP_HANDOFF_CARRIES == 3 ? 4 : 1) * NW;
+constexpr int kRecDcPending = kRecGs + kGsWords;
 constexpr int kRecDdtFirst = kRecDcPending + 1, kRecDpFirst = kRecDcPending + 2, kRecPn = kRecDcPending + 3,
               kRecDtn = kRecDcPending + 4, kRecDgl = kRecDcPending + 5;
 constexpr int kRecK = kRecDcPending + 8;
@@ -277,7 +279,7 @@ M3_DEV bool unwritten(float x) { return __float_as_uint(x) == kUnwritten; }
 // A record word written once and read by a job of another CTA: relaxed at gpu scope at level 2
 // (the word is the signal, no fence orders it); a plain store at level 1, which flags it.
 M3_DEV void put_record_word(float* at, float x) {
-  if constexpr (M3_CP_HANDOFF_CARRIES == 2) {
+  if constexpr (M3_CP_HANDOFF_CARRIES >= 2) {
     asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
   } else {
     *at = x;
@@ -851,7 +853,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS)
     const long long first = (static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + M3_TID();
     const long long stride = static_cast<long long>(gridDim.x) * gridDim.y * blockDim.x;
     for (long long i = first; i < words; i += stride) p.ws_sync[i] = 0;
-#if M3_CP_HANDOFF_CARRIES == 2
+#if M3_CP_HANDOFF_CARRIES >= 2
     const long long tail_words = static_cast<long long>(p.chunk_capacity) * H * kTailWords;
     for (long long i = first; i < tail_words; i += stride) p.ws_tail[i] = __uint_as_float(kUnwritten);
 #endif
@@ -1342,6 +1344,32 @@ M3_DEV void meet_at_boundary(const M3Params& p, int h, const float* rec, int* fl
   p.ddt[h * p.T + tg] = ddt_first + dgl * (1.f - pn);
   p.dtrap[h * p.T + tg] = f2bf((dp_first - dgl * dtn) * pn * (1.f - pn));
 }
+
+// Level 3: the sums the update loop formed in registers, reduced over the eight lanes of one
+// column t: sum G S by a butterfly (lanes g = 0 store a word per warp and t), the four angle sums
+// of a thread (its n-tiles jj) by a transposed butterfly, four shuffles instead of twelve, after
+// which lane (g, t) holds n-tile 2 (g >> 2) + ((g >> 1) & 1) summed over the eight rows' lanes.
+M3_DEV void write_handoff_sums(const M3Params& p, const StateTile& upd, long long slot, float gs,
+                               const float (&cross)[StateTile::NTL]) {
+  static_assert(StateTile::NTL == 4 && StateTile::WN == 32 && (2 * A) % StateTile::WN == 0 && P / StateTile::WM == 2,
+                "four n-tiles a thread, whole warps of angle columns, two row halves");
+  float* rec = p.ws_tail + slot * kTailWords;
+  const int lane = M3_TID() & 31;
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) gs += __shfl_xor_sync(0xffffffffu, gs, o);
+  if (upd.g == 0) put_record_word(&rec[kRecGs + 4 * (M3_TID() >> 5) + upd.t], gs);
+  const bool hi16 = lane & 16, hi8 = lane & 8;
+  float k0 = hi16 ? cross[2] : cross[0], k1 = hi16 ? cross[3] : cross[1];
+  k0 += __shfl_xor_sync(0xffffffffu, hi16 ? cross[0] : cross[2], 16);
+  k1 += __shfl_xor_sync(0xffffffffu, hi16 ? cross[1] : cross[3], 16);
+  float k = hi8 ? k1 : k0;
+  k += __shfl_xor_sync(0xffffffffu, hi8 ? k0 : k1, 8);
+  k += __shfl_xor_sync(0xffffffffu, k, 4);
+  if (upd.n0 < 2 * A && (lane & 4) == 0) {
+    const int jj = (hi16 ? 2 : 0) + (hi8 ? 1 : 0);
+    put_record_word(&rec[kRecCross + (upd.m0 / StateTile::WM) * A + upd.n0 / 2 + 4 * jj + upd.t], k);
+  }
+}
 }  // namespace m3cp
 #endif
 
@@ -1445,6 +1473,12 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = p.ws_dstates + slot * P * N;
   float part = 0.f;
+#if M3_CP_HANDOFF_CARRIES == 3
+  // The hand-off sums from the update's own registers (G as it is formed, S as loaded for part):
+  // no second read of S (run 157: level 2's 16 LDS.64 and 17 shuffles a thread cost what the
+  // chain saved; the backward is bound by the L1 pipe that both use).
+  float hand_gs = 0.f, hand_cross[StateTile::NTL] = {};
+#endif
 #if M3_FRAG_DS
   // The gradients (and under M3_CP_FRAG_STATES the state) in fragment order: per row a thread
   // holds two 16-byte words of each. All loads of a row pair come before its arithmetic, which
@@ -1512,6 +1546,19 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
           upd.acc[i][jj][2 * h + e] = alpha * o + upd.acc[i][jj][2 * h + e];
         }
+#if M3_CP_HANDOFF_CARRIES == 3
+    static_assert(!M3_FRAG_ST, "S as float2 pairs");
+#pragma unroll
+    for (int jj = 0; jj < StateTile::NTL; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float g0 = upd.acc[i][jj][2 * h], g1 = upd.acc[i][jj][2 * h + 1];
+        hand_gs = fmaf(g0, st[h][jj].x, hand_gs);
+        hand_gs = fmaf(g1, st[h][jj].y, hand_gs);
+        hand_cross[jj] = fmaf(g0, st[h][jj].y, hand_cross[jj]);
+        hand_cross[jj] = fmaf(-g1, st[h][jj].x, hand_cross[jj]);
+      }
+#endif
   }
   if (j > 0) {
     upd.for_each_row([&](int i, int h, int r) {
@@ -1593,7 +1640,9 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float da = alpha * block_sum<NT>(part, s.red);
 #endif
   if (j > 0) publish(backward_flags(p) + slot);
-#if M3_CP_HANDOFF_CARRIES
+#if M3_CP_HANDOFF_CARRIES == 3
+  if (j > 0) write_handoff_sums(p, upd, slot, hand_gs, hand_cross);
+#elif M3_CP_HANDOFF_CARRIES
   if (j > 0) write_handoff_partials(p, s, upd, slot);
 #endif
 
@@ -1618,7 +1667,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   static_assert(A == 32, "a lane per angle carry");
   BackwardCarry bc{0.f, 0.f, 0.f, 0.f, 0.f};
   if (tid < 32) {
-#if M3_CP_HANDOFF_CARRIES == 2
+#if M3_CP_HANDOFF_CARRIES >= 2
     // The successor's early words and K from the sequence's last chunk, polled until none is
     // unwritten (K is long there unless the last chunk is the successor).
     float phi_carry = 0.f, gs = 0.f, pending = 0.f;
@@ -1629,7 +1678,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       for (;;) {
         const float c0 = poll_record_word(rec + kRecCross + tid), c1 = poll_record_word(rec + kRecCross + A + tid);
         const float k = poll_record_word(k_vec + tid);
-        gs = tid < NW ? poll_record_word(rec + kRecGs + tid) : 0.f;
+        gs = tid < kGsWords ? poll_record_word(rec + kRecGs + tid) : 0.f;
         pending = poll_record_word(rec + kRecDcPending);
         phi_carry = (c0 + c1) + k;
         if (__all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs) &&
@@ -1723,7 +1772,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     static_assert(C == 32, "a lane per token");
     const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
     if (tid == 0) {
-#if M3_CP_HANDOFF_CARRIES == 2
+#if M3_CP_HANDOFF_CARRIES >= 2
       put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, -da - sum_u);
 #else
       p.ws_tail[slot * kTailWords + kRecDcPending] = -da - sum_u;
@@ -1733,10 +1782,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   }
 #endif
   backward_token_scalars_parallel(p, sh, s, a, len, last, da, 0.f, bc);
-#if M3_CP_HANDOFF_CARRIES == 2
+#if M3_CP_HANDOFF_CARRIES >= 2
   // K (the last chunk), this chunk's half of the shift at the boundary before it, and the first
   // poll of the successor's half, which thread 0 uses only after the bias partials below.
-  float dgl = 0.f, late[4] = {};
+  float dgl = 0.f, dtn = 0.f, late[3] = {};
   if (tid < 32) {
     float* rec = p.ws_tail + slot * kTailWords;
     if (j > 0 && last) {
@@ -1747,14 +1796,16 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       put_record_word(rec + kRecDdtFirst, bc.ddt_first);
       put_record_word(rec + kRecDpFirst, bc.dp_first);
       put_record_word(rec + kRecPn, s.vv(kVecP)[0]);
-      put_record_word(rec + kRecDtn, s.vv(kVecDt)[0]);
     }
     if (tid == 0 && !last) {
       dgl = s.vv(kVecDgam)[len - 1];
-      static_assert(kRecDpFirst == kRecDdtFirst + 1 && kRecPn == kRecDdtFirst + 2 && kRecDtn == kRecDdtFirst + 3,
-                    "the successor's half in four consecutive words");
+      // The token's dt is an input, which may hold any NaN, kUnwritten's too: taken from this
+      // job's own copy (the same load as the successor's), never through the record.
+      dtn = s.scalars()[kScalarDtNext];
+      static_assert(kRecDpFirst == kRecDdtFirst + 1 && kRecPn == kRecDdtFirst + 2,
+                    "the successor's half in three consecutive words");
 #pragma unroll
-      for (int q = 0; q < 4; ++q) late[q] = poll_record_word(p.ws_tail + (slot + H) * kTailWords + kRecDdtFirst + q);
+      for (int q = 0; q < 3; ++q) late[q] = poll_record_word(p.ws_tail + (slot + H) * kTailWords + kRecDdtFirst + q);
     }
   }
 #elif M3_CP_HANDOFF_CARRIES
@@ -1809,17 +1860,17 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #else
   write_bias_partials(p, s, slot, qb, kb, bc.dd_sum);
 #endif
-#if M3_CP_HANDOFF_CARRIES == 2
+#if M3_CP_HANDOFF_CARRIES >= 2
   // ddt and dtrap of the successor's first token: its half of the shift (polled again only if
   // the first poll found it unwritten) and dgamma of this chunk's last token.
   if (tid == 0 && !last) {
     const float* next = p.ws_tail + (slot + H) * kTailWords + kRecDdtFirst;
-    while (unwritten(late[0]) || unwritten(late[1]) || unwritten(late[2]) || unwritten(late[3])) {
+    while (unwritten(late[0]) || unwritten(late[1]) || unwritten(late[2])) {
       __nanosleep(64);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) late[q] = poll_record_word(next + q);
+      for (int q = 0; q < 3; ++q) late[q] = poll_record_word(next + q);
     }
-    const float ddt_first = late[0], dp_first = late[1], pn = late[2], dtn = late[3];
+    const float ddt_first = late[0], dp_first = late[1], pn = late[2];
     const long long at = static_cast<long long>(sh.h) * p.T + sh.start + a + len;
     p.ddt[at] = ddt_first + dgl * (1.f - pn);
     p.dtrap[at] = f2bf((dp_first - dgl * dtn) * pn * (1.f - pn));

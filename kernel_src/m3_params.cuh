@@ -83,8 +83,9 @@ struct M3Params {
 };
 
 // Words of a chunk's backward tail record in ws_tail: A + 4 up to v236, 3 A + 16 for the hand-off
-// carries of v237 on (m3_chunk_parallel.cuh, kRec*); the host sizes every variant's for the larger.
-static constexpr long long m3_tail_words(long long angles) { return 3 * angles + 16; }
+// carries of v237 to v241, 3 A + 40 from v243 (m3_chunk_parallel.cuh, kRec*); the host sizes every
+// variant's for the largest.
+static constexpr long long m3_tail_words(long long angles) { return 3 * angles + 40; }
 
 // Where the heads-done counts start in ws_sync (ints): after the two ticket counters and the
 // forward, backward and tail flags. The backward counts into them and the overlapped reduce
