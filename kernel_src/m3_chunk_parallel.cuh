@@ -265,7 +265,7 @@ using namespace m3scan;
 constexpr int kRecCross = 0;
 constexpr int kRecGs = 2 * A;
 // Level 3 leaves sum G S summed over a warp's rows only: one word per warp and lane column t.
-constexpr int kGsWords = (M3_CP_HANDOFF_CARRIES == 3 ? 4 : 1) * NW;
+constexpr int kGsWords = (M3_CP_HANDOFF_CARRIES >= 3 ? 4 : 1) * NW;
 constexpr int kRecDcPending = kRecGs + kGsWords;
 constexpr int kRecDdtFirst = kRecDcPending + 1, kRecDpFirst = kRecDcPending + 2, kRecPn = kRecDcPending + 3,
               kRecDtn = kRecDcPending + 4, kRecDgl = kRecDcPending + 5;
@@ -1370,6 +1370,34 @@ M3_DEV void write_handoff_sums(const M3Params& p, const StateTile& upd, long lon
     put_record_word(&rec[kRecCross + (upd.m0 / StateTile::WM) * A + upd.n0 / 2 + 4 * jj + upd.t], k);
   }
 }
+
+#if M3_CP_HANDOFF_CARRIES == 4
+// Level 4's copies of the successor's record (cross, sum G S and dc_pending: its first 100 words)
+// and of the sequence's K into red, after m3_cp_backward's da words: 16-byte cp.async by warp 0,
+// waited for at the start of the tail. A copy may catch a word before its writer stores it; the
+// tail checks every word and polls L2 if one is unwritten.
+constexpr int kHandoffDaWords = 64;  // m3_cp_backward's kDaWords
+constexpr int kHandoffCopy = kHandoffDaWords + NW + (4 - (L.red + kHandoffDaWords + NW) % 4) % 4;
+constexpr int kCopyK = kRecDcPending + 4;
+static_assert(kRecDcPending % 4 == 0 && kRecK % 4 == 0 && kTailWords % 4 == 0 && kHandoffCopy + kCopyK + A <= NT,
+              "16-byte pieces of the record, within red");
+M3_DEV void copy_handoff_words(const M3Params& p, Smem& s, long long next_slot, long long last_slot) {
+  const int lane = M3_TID() & 31;
+  const float* rec = p.ws_tail + next_slot * kTailWords;
+  const float* k_vec = p.ws_tail + last_slot * kTailWords + kRecK;
+  float* cp = s.red + kHandoffCopy;
+  constexpr int kRecPieces = kCopyK / 4, kPieces = kRecPieces + A / 4;
+#pragma unroll
+  for (int q = lane; q < kPieces; q += 32) {
+    if (q < kRecPieces) {
+      cp_async16(cp + 4 * q, rec + 4 * q);
+    } else {
+      cp_async16(cp + kCopyK + 4 * (q - kRecPieces), k_vec + 4 * (q - kRecPieces));
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#endif
 }  // namespace m3cp
 #endif
 
@@ -1473,7 +1501,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float alpha = s.vv(kVecE)[len - 1];
   float* out = p.ws_dstates + slot * P * N;
   float part = 0.f;
-#if M3_CP_HANDOFF_CARRIES == 3
+#if M3_CP_HANDOFF_CARRIES >= 3
   // The hand-off sums from the update's own registers (G as it is formed, S as loaded for part):
   // no second read of S (run 157: level 2's 16 LDS.64 and 17 shuffles a thread cost what the
   // chain saved; the backward is bound by the L1 pipe that both use).
@@ -1546,7 +1574,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #endif
           upd.acc[i][jj][2 * h + e] = alpha * o + upd.acc[i][jj][2 * h + e];
         }
-#if M3_CP_HANDOFF_CARRIES == 3
+#if M3_CP_HANDOFF_CARRIES >= 3
     static_assert(!M3_FRAG_ST, "S as float2 pairs");
 #pragma unroll
     for (int jj = 0; jj < StateTile::NTL; ++jj)
@@ -1640,13 +1668,29 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   const float da = alpha * block_sum<NT>(part, s.red);
 #endif
   if (j > 0) publish(backward_flags(p) + slot);
-#if M3_CP_HANDOFF_CARRIES == 3
+#if M3_CP_HANDOFF_CARRIES >= 3
   if (j > 0) write_handoff_sums(p, upd, slot, hand_gs, hand_cross);
 #elif M3_CP_HANDOFF_CARRIES
   if (j > 0) write_handoff_partials(p, s, upd, slot);
 #endif
 
   backward_intra(p, sh, s, a, len);
+#if M3_CP_HANDOFF_CARRIES == 4
+  // dc_pending as soon as u is in (backward_intra's last barrier), and the successor's record and
+  // K on their way into red while the epilogue runs: by the tail they have long arrived.
+  static_assert(kDaWords == kHandoffDaWords, "the copies sit after the da words");
+  if (tid < 32) {
+    if (j > 0) {
+      float da_sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];
+      static_assert(C == 32, "a lane per token");
+      const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
+      if (tid == 0) put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, -(alpha * da_sum) - sum_u);
+    }
+    if (!last) copy_handoff_words(p, s, slot + H, slot + static_cast<long long>(chunks - 1 - j) * H);
+  }
+#endif
   float qb[kBiasRegs] = {}, kb[kBiasRegs] = {};
   backward_token_epilogue(p, sh, s, a, len, qb, kb);
 #if M3_CP_PERSISTENT == 2
@@ -1675,6 +1719,22 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       const long long slot_last = slot + static_cast<long long>(chunks - 1 - j) * H;
       const float* rec = p.ws_tail + (slot + H) * kTailWords;
       const float* k_vec = p.ws_tail + slot_last * kTailWords + kRecK;
+#if M3_CP_HANDOFF_CARRIES == 4
+      // The copies made after backward_intra; polled from L2 only if one of them came too early.
+      asm volatile("cp.async.wait_all;" ::: "memory");
+      __syncwarp();
+      bool copied;
+      {
+        const float* cp = s.red + kHandoffCopy;
+        const float c0 = cp[kRecCross + tid], c1 = cp[kRecCross + A + tid], k = cp[kCopyK + tid];
+        gs = cp[kRecGs + tid];
+        pending = cp[kRecDcPending];
+        phi_carry = (c0 + c1) + k;
+        copied = __all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs) &&
+                                             !unwritten(pending));
+      }
+      if (!copied)
+#endif
       for (;;) {
         const float c0 = poll_record_word(rec + kRecCross + tid), c1 = poll_record_word(rec + kRecCross + A + tid);
         const float k = poll_record_word(k_vec + tid);
@@ -1764,7 +1824,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #pragma unroll
   for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];
   const float da = alpha * da_sum;
-#if M3_CP_HANDOFF_CARRIES
+#if M3_CP_HANDOFF_CARRIES && M3_CP_HANDOFF_CARRIES != 4  // level 4: after backward_intra
   if (j > 0 && tid < 32) {
     // dc_pending (the chunk's dc terms that fall on the token before it) completes the early
     // words; the barrier above ordered every warp's partials before thread 0's release. The last

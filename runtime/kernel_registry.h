@@ -15,7 +15,7 @@ namespace mamba3_jit {
 
 // The kernel variant a solver version selects. Parsed from "key=value,key=value".
 struct OpConfig {
-  std::string variant = "v245";  // the fastest variant verified on the GPU
+  std::string variant = "v248";  // the fastest variant verified on the GPU
   int chunk = 32;
   int threads = 256;
 };

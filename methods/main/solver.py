@@ -20,11 +20,11 @@ if _python_dir not in sys.path:
 
 import mamba3_jit  # noqa: E402
 
-VERSION = "v245"
-CONFIG = {"variant": "v245", "chunk": 32, "threads": 256}
+VERSION = "v248"
+CONFIG = {"variant": "v248", "chunk": 32, "threads": 256}
 
 
-# v245's kernels; the operator bound to the config once, so that no call turns the dict into text.
+# v248's kernels; the operator bound to the config once, so that no call turns the dict into text.
 _FWD_VJP = mamba3_jit.bind(CONFIG)
 
 

@@ -27,7 +27,7 @@ from mamba3_jit.reference import (ARG_NAMES, COTANGENT_NAMES, DIFF_ARG_NAMES, GL
 
 pytestmark = pytest.mark.gpu
 
-CONFIG = {"variant": "v245"}  # the default: v8's kernels here, every case has a sequence > 4096
+CONFIG = {"variant": "v248"}  # the default: v8's kernels here, every case has a sequence > 4096
 REF_CHUNK = 64
 
 # The arguments sliced per token, and along which dimension; q_bias, k_bias and d are shared by

@@ -61,8 +61,8 @@ def test_operator_rejects_cpu_inputs_before_any_launch(case, reliability):
 
 def test_bound_operator_checks_as_the_operator_does(case, reliability):
     """mamba3_jit.bind fixes the config's text once; its calls are checked like the operator's."""
-    bound = mamba3_jit.bind({"variant": "v245", "chunk": 32, "threads": 256})
-    assert bound.config == "variant=v245,chunk=32,threads=256"
+    bound = mamba3_jit.bind({"variant": "v248", "chunk": 32, "threads": 256})
+    assert bound.config == "variant=v248,chunk=32,threads=256"
     args = case_args(case)
     snapshot = [a.clone() for a in args]
     with pytest.raises(ValueError, match="expected a CUDA tensor"):
