@@ -76,6 +76,14 @@
 #if M3_CP_BACKWARD_TABLE_JOB && !M3_CP_RICH_SCHEDULE
 #error "M3_CP_BACKWARD_TABLE_JOB reads the rich schedule's table"
 #endif
+// M3_CP_LATE_HEADS_DONE (v249, v250): the count that hands a backward job's dq/dk partials to the
+// overlapped reduce is released by warp 1 once the per-token tail is done, while warp 0 finishes
+// its own part of it, instead of by thread 0 at the tail's start. Its fence waits for the thread's
+// stores to land; at the start of the tail it sat on warp 0's path before the per-token tail that
+// every warp waits for (the round trip level 4 of the hand-off carries removed was worth 2.6%).
+#ifndef M3_CP_LATE_HEADS_DONE
+#define M3_CP_LATE_HEADS_DONE 0
+#endif
 #ifndef M3_CP_OVERLAPPED_REDUCE
 #define M3_CP_OVERLAPPED_REDUCE 0
 #endif
@@ -1792,7 +1800,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   // release, cumulative over it as in publish, hands them to the reduce with the count. Counted
   // by the ticket's table entry (job_words[3]), which the reduce's blocks are laid out by; the
   // chunk index held in a register through the epilogue cost 16 bytes of spills.
-  if (tid == 0) {
+  if (tid == 0 && !M3_CP_LATE_HEADS_DONE) {
 #if M3_CP_INLINE_HEAD_SUMS
     const int* w = job_words;  // by chunk index: chunk_base + j, j from the ticket's round
     const int counted = w[6] + m3_backward_chunk(w[5], C, w[1]);
@@ -1842,6 +1850,12 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   }
 #endif
   backward_token_scalars_parallel(p, sh, s, a, len, last, da, 0.f, bc);
+#if M3_CP_LATE_HEADS_DONE
+  // The per-token tail's barriers came after every thread's epilogue stores, as the tail's first
+  // barrier did: the release is cumulative over them.
+  static_assert(M3_CP_OVERLAPPED_REDUCE && !M3_CP_INLINE_HEAD_SUMS && NW > 1, "the ticket's count, a warp beside warp 0");
+  if (tid == 32) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(heads_done(p) + job_words[3]) : "memory");
+#endif
 #if M3_CP_HANDOFF_CARRIES >= 2
   // K (the last chunk), this chunk's half of the shift at the boundary before it, and the first
   // poll of the successor's half, which thread 0 uses only after the bias partials below.

@@ -137,7 +137,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v242", 32, 256}, OpConfig{"v243", 32, 256},
                                                 OpConfig{"v244", 32, 256}, OpConfig{"v245", 32, 256},
                                                 OpConfig{"v246", 32, 256}, OpConfig{"v247", 32, 256},
-                                                OpConfig{"v248", 32, 256}};
+                                                OpConfig{"v248", 32, 256}, OpConfig{"v249", 32, 256},
+                                                OpConfig{"v250", 32, 256}, OpConfig{"v251", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -206,7 +207,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v239", "v237", "v8", "v238", kForward64MinWavesV234},
                               {"v242", "v240", "v8", "v241", kForward64MinWavesV234},
                               {"v245", "v243", "v8", "v244", kForward64MinWavesV234},
-                              {"v248", "v246", "v8", "v247", kForward64MinWavesV234}};
+                              {"v248", "v246", "v8", "v247", kForward64MinWavesV234},
+                              {"v251", "v249", "v8", "v250", kForward64MinWavesV234}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -539,12 +541,15 @@ int seq_bucket(long long num_seqs) {
 // v246 and v247: v243 and v244 whose jobs write dc_pending right after backward_intra and copy the
 // successor's record and K into shared memory (cp.async) while the epilogue runs, so that the
 // tail's start reads them there instead of from L2 (M3_CP_HANDOFF_CARRIES=4).
+// v249 and v250: v246 and v247 whose count for the overlapped reduce is released by warp 1 after
+// the per-token tail instead of by thread 0 before it (M3_CP_LATE_HEADS_DONE): its fence off
+// warp 0's path. The same sums: bitwise v246's and v247's.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230, v233, v234, v239, v242, v245 and v248 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230, v233, v234, v239, v242, v245, v248 and v251 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -555,7 +560,8 @@ int seq_bucket(long long num_seqs) {
 // v208's; v212 v210's, or v211's; v215 v213's, or v214's; v218 v216's, or v217's; v221 v219's, or
 // v220's; v224 v222's, or v223's; v226 v225's, or v223's; v228 v227's, or v223's; v230 v229's, or
 // v223's; v233 v231's, or v232's; v234 likewise, below 1.5 waves instead of two; v239 v237's, or
-// v238's, as v234; v242 v240's, or v241's, likewise; v245 v243's, or v244's; v248 v246's, or v247's.
+// v238's, as v234; v242 v240's, or v241's, likewise; v245 v243's, or v244's; v248 v246's, or v247's; v251 v249's, or
+// v250's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -649,6 +655,7 @@ struct VariantTraits {
   bool aligned_ends = false;             // v231: M3_CP_ALIGNED_ENDS
   int lone_kernel = 0;                   // v235 (1: m3_cp_backward), v236 (2: the chunk-64 forward)
   int handoff_carries = 0;               // v237 (1), v240 (2), v243 (3), v246 (4): M3_CP_HANDOFF_CARRIES
+  bool late_heads_done = false;          // v249: M3_CP_LATE_HEADS_DONE
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -808,7 +815,9 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v243", "v231", nullptr, nullptr, &VariantTraits::handoff_carries, 3},
                                     {"v244", "v232", nullptr, nullptr, &VariantTraits::handoff_carries, 3},
                                     {"v246", "v231", nullptr, nullptr, &VariantTraits::handoff_carries, 4},
-                                    {"v247", "v232", nullptr, nullptr, &VariantTraits::handoff_carries, 4}};
+                                    {"v247", "v232", nullptr, nullptr, &VariantTraits::handoff_carries, 4},
+                                    {"v249", "v246", &VariantTraits::late_heads_done},
+                                    {"v250", "v247", &VariantTraits::late_heads_done}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -1003,6 +1012,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.guessed_ticket) src.options.push_back("-DM3_CP_GUESSED_TICKET=1");
   if (tr.aligned_ends) src.options.push_back("-DM3_CP_ALIGNED_ENDS=1");
   if (tr.handoff_carries) src.options.push_back("-DM3_CP_HANDOFF_CARRIES=" + std::to_string(tr.handoff_carries));
+  if (tr.late_heads_done) src.options.push_back("-DM3_CP_LATE_HEADS_DONE=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
   if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=" + std::to_string(tr.opaque_tile_tid));
