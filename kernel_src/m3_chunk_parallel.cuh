@@ -266,10 +266,11 @@ using namespace m3scan;
 
 #if M3_CP_HANDOFF_CARRIES
 // A chunk's tail record (chunk j > 0 writes it for chunk j - 1): cross(G, S) of each half of the
-// state's rows and sum G S of each warp (right after the update), dc_pending (at the tail's
-// start), the two halves of the one-token shift at the boundary before the chunk (ddt, dp, p and
-// dt of its first token from this chunk; dgamma of the token before from chunk j - 1), and, in
-// the record of a sequence's last chunk only, the vector K.
+// state's rows and sum G S of each warp (right after the update; from level 3 of each warp and
+// lane column t), dc_pending (at the tail's start; level 4 right after backward_intra), this
+// chunk's half of the one-token shift at the boundary before it (ddt, dp and p of its first
+// token, and at level 1 its dt, with dgamma of the token before from chunk j - 1, which from level
+// 2 keeps both in its own registers), and, in the record of a sequence's last chunk only, K.
 constexpr int kRecCross = 0;
 constexpr int kRecGs = 2 * A;
 // Level 3 leaves sum G S summed over a warp's rows only: one word per warp and lane column t.
@@ -284,7 +285,7 @@ static_assert(kTailWords <= m3_tail_words(A), "the host sizes ws_tail by m3_tail
 // no float operation produces (theirs is 0x7fffffff), so a NaN result cannot look unwritten.
 constexpr unsigned kUnwritten = 0x7fbadbadu;
 M3_DEV bool unwritten(float x) { return __float_as_uint(x) == kUnwritten; }
-// A record word written once and read by a job of another CTA: relaxed at gpu scope at level 2
+// A record word written once and read by a job of another CTA: relaxed at gpu scope from level 2
 // (the word is the signal, no fence orders it); a plain store at level 1, which flags it.
 M3_DEV void put_record_word(float* at, float x) {
   if constexpr (M3_CP_HANDOFF_CARRIES >= 2) {
@@ -1835,8 +1836,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
 #if M3_CP_HANDOFF_CARRIES && M3_CP_HANDOFF_CARRIES != 4  // level 4: after backward_intra
   if (j > 0 && tid < 32) {
     // dc_pending (the chunk's dc terms that fall on the token before it) completes the early
-    // words; the barrier above ordered every warp's partials before thread 0's release. The last
-    // chunk raises its flag only once K is in.
+    // words. Level 1 flags them: the barrier above ordered every warp's partials before thread
+    // 0's release, and the last chunk raises its flag only once K is in.
     static_assert(C == 32, "a lane per token");
     const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
     if (tid == 0) {
