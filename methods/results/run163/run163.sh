@@ -19,16 +19,7 @@ bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "bu
 timeout 150 python3 tools/bench.py --solver methods/versions/v248/solver.py --solver methods/versions/v251/solver.py \
   --no-baseline --reps 4 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
-python3 methods/results/bench_table.py $OUT/bench.json
-python3 - $OUT/bench.json <<'PY'
-import json, math, sys
-d = json.load(open(sys.argv[1]))
-base = d["solvers"][0]
-for n in d["solvers"][1:]:
-    for k in ("m3_cp_backward", "m3_reduce_all"):
-        r = [c["solvers"][n]["kernels"][k]["us_per_iter"] / c["solvers"][base]["kernels"][k]["us_per_iter"] for c in d["cases"]]
-        print(n, "/", base, k, "ratio geomean", round(math.exp(sum(map(math.log, r)) / len(r)), 4), [round(x, 3) for x in r])
-PY
+python3 methods/results/bench_table.py $OUT/bench.json --ratios m3_cp_backward m3_reduce_all
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
   -k "v249 or v250 or v251" > $OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s)-t0 ))s: $(tail -n 1 $OUT/tests.log)"
