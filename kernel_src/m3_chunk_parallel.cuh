@@ -299,6 +299,17 @@ M3_DEV float poll_record_word(const float* at) {
   asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(x) : "l"(at));
   return x;
 }
+// One read of a successor's five carries (the angle sums' two halves, K, sum G S, dc_pending) by
+// warp 0, from the shared-memory copy or from L2: true, with the carries taken, once every lane's
+// words are written. Both readers evaluate the same sum, so the bits never depend on the path.
+M3_DEV bool take_handoff_words(float c0, float c1, float k, float gs_word, float pending_word, float& phi_carry,
+                               float& gs, float& pending) {
+  phi_carry = (c0 + c1) + k;
+  gs = gs_word;
+  pending = pending_word;
+  return __all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs_word) &&
+                                     !unwritten(pending_word));
+}
 #else
 constexpr int kTailWords = A + 4;  // Phi carry[A], dadt_run, dc_pending, ddt_first, dp_first
 #endif
@@ -1732,26 +1743,14 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       // The copies made after backward_intra; polled from L2 only if one of them came too early.
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncwarp();
-      bool copied;
-      {
-        const float* cp = s.red + kHandoffCopy;
-        const float c0 = cp[kRecCross + tid], c1 = cp[kRecCross + A + tid], k = cp[kCopyK + tid];
-        gs = cp[kRecGs + tid];
-        pending = cp[kRecDcPending];
-        phi_carry = (c0 + c1) + k;
-        copied = __all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs) &&
-                                             !unwritten(pending));
-      }
-      if (!copied)
+      const float* cp = s.red + kHandoffCopy;
+      if (!take_handoff_words(cp[kRecCross + tid], cp[kRecCross + A + tid], cp[kCopyK + tid], cp[kRecGs + tid],
+                              cp[kRecDcPending], phi_carry, gs, pending))
 #endif
       for (;;) {
-        const float c0 = poll_record_word(rec + kRecCross + tid), c1 = poll_record_word(rec + kRecCross + A + tid);
-        const float k = poll_record_word(k_vec + tid);
-        gs = tid < kGsWords ? poll_record_word(rec + kRecGs + tid) : 0.f;
-        pending = poll_record_word(rec + kRecDcPending);
-        phi_carry = (c0 + c1) + k;
-        if (__all_sync(0xffffffffu, !unwritten(c0) && !unwritten(c1) && !unwritten(k) && !unwritten(gs) &&
-                                        !unwritten(pending)))
+        if (take_handoff_words(poll_record_word(rec + kRecCross + tid), poll_record_word(rec + kRecCross + A + tid),
+                               poll_record_word(k_vec + tid), tid < kGsWords ? poll_record_word(rec + kRecGs + tid) : 0.f,
+                               poll_record_word(rec + kRecDcPending), phi_carry, gs, pending))
           break;
         __nanosleep(64);
       }

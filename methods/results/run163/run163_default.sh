@@ -10,3 +10,11 @@ source methods/results/default_gpu_tests.sh
 timeout 200 python3 tools/selfcheck.py --json $OUT/selfcheck.json > $OUT/selfcheck.log 2>&1
 echo "selfcheck rc=$? $(( $(date +%s)-t0 ))s"
 tail -n 10 $OUT/selfcheck.log
+# Where c00's and c06's host time goes today (run 117's trace was of v167, 24 sessions ago): the
+# operator's host stages with the default, 40 calls as the harness makes them.
+for c in c00 c06; do
+  MAMBA3_JIT_LOG_LEVEL=trace timeout 90 python3 methods/results/run116/stages.py run methods/main/solver.py $c \
+    2> /tmp/trace_$c.log
+  python3 methods/results/run116/stages.py summarize /tmp/trace_$c.log
+done
+echo "done $(( $(date +%s)-t0 ))s"
