@@ -97,6 +97,11 @@
 // store and read by relaxed loads until it is not kUnwritten (a 32-bit word arrives whole), and
 // the job of chunk j - 1 writes ddt and dtrap of chunk j's first token itself, at its very end,
 // from chunk j's half, which by then is almost always there.
+// Level 3 (v243, v244; runs 158 and 159): the sums formed in the update loop from the registers
+// that hold G and S (no second pass over S), the four angle sums of a warp by a transposed
+// butterfly. Level 4 (v246, v247; run 161, 2.6% off level 3's backward): dc_pending written right
+// after backward_intra, and the successor's record and K copied into shared memory by cp.async
+// during the epilogue, so that the tail reads L2 only if a copy came too early.
 #ifndef M3_CP_HANDOFF_CARRIES
 #define M3_CP_HANDOFF_CARRIES 0
 #endif
