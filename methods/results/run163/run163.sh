@@ -13,6 +13,8 @@
 # v248 v251`, then the default's GPU suite and the selfcheck (as run 162's script).
 # Warm scratch/jc first: `mamba3-jit-warmup --cache-dir scratch/jc --config variant=v246 --config
 # variant=v247 --config variant=v249 --config variant=v250`. Carry ["scratch", ".deps"].
+# Not run as written: its steps ran in one call as run163_all.sh (thirty-seventh session), whose
+# output is in this folder.
 set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh -DMAMBA3_JIT_BUILD_TESTS=OFF > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"

@@ -4,6 +4,8 @@
 # off by default) reached without a device run. v246's SASS was verified identical on a machine
 # without a GPU. Prediction: as run 162 (166 passed, 1 skipped; PASS, worst rel-L2 2.09e-3, dq).
 # Carry ["scratch", ".deps"]; run after run163.sh in the same call.
+# Not run as written: its steps ran in one call as run163_all.sh (thirty-seventh session), whose
+# output is in this folder.
 set -uo pipefail
 source methods/results/prologue.sh
 source methods/results/default_gpu_tests.sh
