@@ -1350,6 +1350,20 @@ M3_DEV void write_handoff_partials(const M3Params& p, const Smem& s, const State
   }
 }
 
+// A chunk's dc_pending word, its dc terms that fall on the token before it: -da less the sum of u
+// over its tokens. Warp 0, a lane per token.
+M3_DEV float dc_pending_word(Smem& s, int lane, int len, float da) {
+  static_assert(C == 32, "a lane per token");
+  return -da - warp_sum(lane < len ? s.vv(kVecU)[lane] : 0.f);
+}
+
+// K, in the record of a sequence's last chunk (rec): the sum of dphi over the chunk's tokens (the
+// scan's carry) less cross(G, S) of the state entering it, which the consumer adds back. Warp 0,
+// a lane per angle.
+M3_DEV float sequence_k_word(Smem& s, const float* rec, int lane) {
+  return s.big_phi_carry()[lane] - (__ldcg(rec + kRecCross + lane) + __ldcg(rec + kRecCross + A + lane));
+}
+
 // One side of the chunk boundary before token tg, the first of the chunk whose record is `rec`:
 // after its half of the one-token shift is in the record, it counts itself in on the boundary's
 // tail flag (2 a side, over the 1 of the record's early words); the second side to arrive writes
@@ -1704,9 +1718,8 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
       float da_sum = 0.f;
 #pragma unroll
       for (int w = 0; w < NW; ++w) da_sum += s.red[kDaWords + w];
-      static_assert(C == 32, "a lane per token");
-      const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
-      if (tid == 0) put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, -(alpha * da_sum) - sum_u);
+      const float pending = dc_pending_word(s, tid, len, alpha * da_sum);
+      if (tid == 0) put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, pending);
     }
     if (!last) copy_handoff_words(p, s, slot + H, slot + static_cast<long long>(chunks - 1 - j) * H);
   }
@@ -1837,13 +1850,10 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
     // dc_pending (the chunk's dc terms that fall on the token before it) completes the early
     // words. Level 1 flags them: the barrier above ordered every warp's partials before thread
     // 0's release, and the last chunk raises its flag only once K is in.
-    static_assert(C == 32, "a lane per token");
-    const float sum_u = warp_sum(tid < len ? s.vv(kVecU)[tid] : 0.f);
+    const float pending = dc_pending_word(s, tid, len, da);
     if (tid == 0) {
-#if M3_CP_HANDOFF_CARRIES >= 2
-      put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, -da - sum_u);
-#else
-      p.ws_tail[slot * kTailWords + kRecDcPending] = -da - sum_u;
+      put_record_word(p.ws_tail + slot * kTailWords + kRecDcPending, pending);
+#if M3_CP_HANDOFF_CARRIES == 1
       if (!last) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(tail_flags(p) + slot) : "memory");
 #endif
     }
@@ -1863,8 +1873,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid < 32) {
     float* rec = p.ws_tail + slot * kTailWords;
     if (j > 0 && last) {
-      put_record_word(rec + kRecK + tid,
-                      s.big_phi_carry()[tid] - (__ldcg(rec + kRecCross + tid) + __ldcg(rec + kRecCross + A + tid)));
+      put_record_word(rec + kRecK + tid, sequence_k_word(s, rec, tid));
     }
     if (tid == 0 && j > 0) {
       put_record_word(rec + kRecDdtFirst, bc.ddt_first);
@@ -1886,10 +1895,7 @@ extern "C" __global__ void __launch_bounds__(M3_THREADS, M3_CP_GLOBAL_STATES ? 2
   if (tid < 32) {
     float* rec = p.ws_tail + slot * kTailWords;
     if (j > 0 && last) {
-      // K: the sum of dphi over this chunk's tokens (the scan's carry) less cross(G, S) of the
-      // state entering it, which the consumer adds back.
-      rec[kRecK + tid] =
-          s.big_phi_carry()[tid] - (__ldcg(rec + kRecCross + tid) + __ldcg(rec + kRecCross + A + tid));
+      put_record_word(rec + kRecK + tid, sequence_k_word(s, rec, tid));
       __syncwarp();
       if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(tail_flags(p) + slot) : "memory");
     }
