@@ -12,7 +12,10 @@ The chunk is the kernel's (32 tokens by default). Runs on the CPU:
     python3 methods/precision_study.py [--cases c00,c06] [--formats tf32,bf16,bf16x3] [--chunk 32]
         [--long 4096] [--json OUT]
 A format may also be mix=F/F/F/F, one per product site: scores (qr ks^T), intra (M v), state
-(the chunk's state contribution) and inter (qr S^T), each with its two backward products.
+(the chunk's state contribution) and inter (qr S^T), each with its two backward products. A site's
+F may be three formats F|G|H: its forward product a @ b, then the backward's g @ b^T and a^T @ g.
+bf16x2a and bf16x2b split only the left or only the right operand (hi*hi + lo*hi, or hi*hi +
+hi*lo): the cost of two bf16 products where the other operand is rounded once.
 """
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ def operand_product(fmt: str):
     """a @ b as a tensor core computes it in `fmt`, accumulated exactly (float64)."""
     if fmt == "fp64":
         return torch.matmul
-    split = fmt.endswith("x3")
-    base = fmt[:-2] if split else fmt
+    split = fmt[-2:] if fmt[-2:] in ("x3", "2a", "2b") else ""
+    base = fmt[:-2] if split == "x3" else fmt[:-3] if split else fmt
     bits, rz = SIGNIFICANT_BITS[base], base.endswith("rz")
     if not split:
         return lambda a, b: round_to(a, bits, rz) @ round_to(b, bits, rz)
@@ -52,13 +55,21 @@ def operand_product(fmt: str):
     def product(a, b):
         ah, bh = round_to(a, bits, rz), round_to(b, bits, rz)
         al, bl = round_to(a - ah, bits, rz), round_to(b - bh, bits, rz)
+        if split == "2a":
+            return ah @ bh + al @ bh
+        if split == "2b":
+            return ah @ bh + ah @ bl
         return ah @ bh + (ah @ bl + al @ bh)
     return product
 
 
 def rounded_matmul(fmt: str):
-    """A differentiable matmul whose forward and both backward products use `fmt` operands."""
-    mm = operand_product(fmt)
+    """A differentiable matmul whose forward and both backward products use `fmt` operands, or,
+    for "F|G|H", F forward, G for g @ b^T and H for a^T @ g."""
+    parts = fmt.split("|")
+    if len(parts) not in (1, 3):
+        raise ValueError(f"{fmt}: one format, or three joined by |")
+    mm, mm_ga, mm_gb = (operand_product(f) for f in (parts * 3 if len(parts) == 1 else parts))
 
     class RoundedMatmul(torch.autograd.Function):
         @staticmethod
@@ -69,7 +80,7 @@ def rounded_matmul(fmt: str):
         @staticmethod
         def backward(ctx, g):
             a, b = ctx.saved_tensors
-            return mm(g, b.transpose(-1, -2)), mm(a.transpose(-1, -2), g)
+            return mm_ga(g, b.transpose(-1, -2)), mm_gb(a.transpose(-1, -2), g)
 
     return RoundedMatmul.apply
 

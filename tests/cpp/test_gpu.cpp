@@ -1,9 +1,12 @@
 // Needs a CUDA driver and GPU; without them each test warns and passes (Catch2 v2 cannot skip).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -186,5 +189,311 @@ TEST_CASE("the wgmma tile products match the products of the tf32-truncated oper
   api.cuMemFree(da);
   api.cuMemFree(db);
   api.cuMemFree(dd);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+namespace {
+
+// The plane-product probes (kernel_src/m3_planes_probe.cuh): a (64 x 32) and b (32 x 128) in their
+// stored orientation, full 24-bit mantissas so that the lo planes matter.
+struct PlanesProbe {
+  const char* name;
+  bool a_trans, b_trans;
+  bool b_in_bf16;  // kSplitA: B must be exact in bf16
+};
+constexpr PlanesProbe kPlanesProbes[] = {{"m3_planes_probe_a_b", false, false, false},
+                                         {"m3_planes_probe_at_b", true, false, false},
+                                         {"m3_planes_probe_a_bt", false, true, false},
+                                         {"m3_planes_probe_at_bt", true, true, false},
+                                         {"m3_planes_probe_at_bt_one", true, true, true},
+                                         {"m3_planes_probe_tf32_at_bt", true, true, false}};
+constexpr int kPM = 64, kPN = 128, kPK = 32;
+
+std::vector<float> probe_operand(std::size_t n, unsigned seed, bool in_bf16) {
+  std::vector<float> x(n);
+  for (float& v : x) {
+    seed = seed * 1664525u + 1013904223u;
+    v = static_cast<float>(seed >> 8) / 8388608.0f - 1.0f;
+    if (in_bf16) {
+      unsigned u;
+      std::memcpy(&u, &v, 4);
+      u &= 0xFFFF0000u;
+      std::memcpy(&v, &u, 4);
+    }
+  }
+  return x;
+}
+
+// rel-L2 of d (64 x 128) against reps * a b in float64.
+double planes_probe_error(const PlanesProbe& pr, const std::vector<float>& a, const std::vector<float>& b,
+                          const std::vector<float>& d, int reps) {
+  double num = 0, den = 0;
+  for (int m = 0; m < kPM; ++m)
+    for (int n = 0; n < kPN; ++n) {
+      double ref = 0;
+      for (int k = 0; k < kPK; ++k) {
+        const double av = pr.a_trans ? a[k * kPM + m] : a[m * kPK + k];
+        const double bv = pr.b_trans ? b[k * kPN + n] : b[n * kPK + k];
+        ref += av * bv;
+      }
+      ref *= reps;
+      num += (d[m * kPN + n] - ref) * (d[m * kPN + n] - ref);
+      den += ref * ref;
+    }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST_CASE("the bf16-plane products match float64 in every operand orientation", "[gpu]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const auto& api = driver::api();
+  use_test_cache_dir();
+  std::vector<float> d(kPM * kPN);
+  CUdeviceptr da = 0, db = 0, dd = 0;
+  driver::check(api.cuMemAlloc(&da, kPM * kPK * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&db, kPK * kPN * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dd, d.size() * 4), "cuMemAlloc");
+  for (const PlanesProbe& pr : kPlanesProbes) {
+    const std::vector<float> a = probe_operand(kPM * kPK, 7, false), b = probe_operand(kPK * kPN, 11, pr.b_in_bf16);
+    driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
+    driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
+    const LoadedKernel& k = load_kernel(test::planes_probe_source(), pr.name, test::kPlanesProbeSmem);
+    for (int reps : {1, 3}) {
+      void* args[] = {&da, &db, &dd, &reps};
+      LaunchConfig cfg;
+      cfg.block[0] = 256;
+      cfg.dynamic_smem = test::kPlanesProbeSmem;
+      k.launch(cfg, args);
+      driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+      driver::check(api.cuMemcpyDtoH(d.data(), dd, d.size() * 4), "cuMemcpyDtoH");
+      const double err = planes_probe_error(pr, a, b, d, reps);
+      INFO(pr.name << ", reps " << reps << ": rel-L2 " << err);
+      const bool tf32 = std::string(pr.name).find("tf32") != std::string::npos;
+      // Split planes: 2^-17 per operand and fp32 sums, about 1e-6; tf32 truncated: about 1e-3; a
+      // wrong fragment layout gives O(1).
+      CHECK(err < (tf32 ? 3e-3 : 2e-5));
+    }
+  }
+  api.cuMemFree(da);
+  api.cuMemFree(db);
+  api.cuMemFree(dd);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+// Timing, not a check: run by name on a GPU machine (hidden from the default test run). Two CTAs of
+// every probe an SM, as the backward runs; the time of `reps` products less that of none, per
+// product and CTA pair.
+TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const auto& api = driver::api();
+  use_test_cache_dir();
+  int sms = 0;
+  driver::check(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, driver::current_device()),
+                "cuDeviceGetAttribute");
+  const unsigned ctas = 2u * static_cast<unsigned>(sms);
+  CUdeviceptr da = 0, db = 0, dd = 0;
+  driver::check(api.cuMemAlloc(&da, kPM * kPK * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&db, kPK * kPN * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dd, std::size_t{ctas} * kPM * kPN * 4), "cuMemAlloc");
+  const std::vector<float> a = probe_operand(kPM * kPK, 7, false), b = probe_operand(kPK * kPN, 11, true);
+  driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
+  driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
+  for (const PlanesProbe& pr : kPlanesProbes) {
+    const LoadedKernel& k = load_kernel(test::planes_probe_source(), pr.name, test::kPlanesProbeSmem);
+    const auto seconds = [&](int reps) {
+      void* args[] = {&da, &db, &dd, &reps};
+      LaunchConfig cfg;
+      cfg.grid[0] = ctas;
+      cfg.block[0] = 256;
+      cfg.dynamic_smem = test::kPlanesProbeSmem;
+      double best = 1e30;
+      for (int trial = 0; trial < 5; ++trial) {
+        const auto t0 = std::chrono::steady_clock::now();
+        k.launch(cfg, args);
+        driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    const int reps = 4096;
+    const double ns = (seconds(reps) - seconds(0)) / reps * 1e9;
+    const double tflops = 2.0 * kPM * kPN * kPK * ctas / (ns * 1e-9) / 1e12;
+    WARN(pr.name << ": " << ns << " ns a product per CTA pair (" << tflops << " TFLOP/s of fp32-equivalent products)");
+  }
+  api.cuMemFree(da);
+  api.cuMemFree(db);
+  api.cuMemFree(dd);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+namespace {
+
+// The product core's inputs (kernel_src/m3_planes_core.cuh, m3_planes_core_probe's order) and its
+// outputs computed in float64.
+constexpr int kCC = 32, kCN = 128, kCP = 64;
+constexpr int kCoreIn = 2 * kCC * kCN + 2 * kCC * kCP + 2 * kCP * kCN + kCC;
+constexpr int kCoreOut = 2 * kCC * kCN + kCC * kCP + kCP * kCN + 2 * kCC;
+constexpr unsigned kCoreSmem = 105472;  // m3pl::CoreLayout::total
+
+std::vector<float> core_inputs() {
+  std::vector<float> in;
+  const auto append = [&](std::size_t n, unsigned seed, bool in_bf16) {
+    const std::vector<float> x = probe_operand(n, seed, in_bf16);
+    in.insert(in.end(), x.begin(), x.end());
+  };
+  append(kCC * kCN, 3, false);   // qr
+  append(kCC * kCN, 5, false);   // ks
+  append(kCC * kCP, 7, false);   // dy
+  append(kCC * kCP, 9, true);    // v
+  append(kCP * kCN, 13, false);  // S
+  append(kCP * kCN, 17, false);  // dS
+  float cl = 0.f;
+  for (float a : probe_operand(kCC, 19, false)) in.push_back(cl -= 0.05f * (a + 1.f));  // decays in (0, 0.1]
+  return in;
+}
+
+std::vector<double> core_reference(const std::vector<float>& in) {
+  const float *qr = in.data(), *ks = qr + kCC * kCN, *dy = ks + kCC * kCN, *v = dy + kCC * kCP, *st = v + kCC * kCP,
+              *ds = st + kCP * kCN, *cl = ds + kCP * kCN;
+  std::vector<double> out(kCoreOut, 0.0);
+  double *dqr = out.data(), *dks = dqr + kCC * kCN, *dv = dks + kCC * kCN, *upd = dv + kCC * kCP,
+         *row_g = upd + kCP * kCN, *col_g = row_g + kCC;
+  std::vector<double> mw(kCC * kCC, 0.0), dmw(kCC * kCC, 0.0), e(kCC), w(kCC);
+  for (int t = 0; t < kCC; ++t) {
+    e[t] = std::exp(static_cast<double>(cl[t]));
+    w[t] = std::exp(static_cast<double>(cl[kCC - 1]) - cl[t]);
+  }
+  for (int t = 0; t < kCC; ++t)
+    for (int s = 0; s <= t; ++s) {
+      double sc = 0, dm = 0;
+      for (int n = 0; n < kCN; ++n) sc += static_cast<double>(qr[t * kCN + n]) * ks[s * kCN + n];
+      for (int p = 0; p < kCP; ++p) dm += static_cast<double>(dy[t * kCP + p]) * v[s * kCP + p];
+      const double wd = std::exp(static_cast<double>(cl[t]) - cl[s]);
+      mw[t * kCC + s] = wd * sc;
+      dmw[t * kCC + s] = wd * dm;
+      row_g[t] += dm * mw[t * kCC + s];
+      col_g[s] += dm * mw[t * kCC + s];
+    }
+  for (int t = 0; t < kCC; ++t)
+    for (int n = 0; n < kCN; ++n) {
+      double intra = 0, inter = 0, kintra = 0, kstate = 0;
+      for (int s = 0; s < kCC; ++s) intra += dmw[t * kCC + s] * ks[s * kCN + n];
+      for (int p = 0; p < kCP; ++p) inter += static_cast<double>(dy[t * kCP + p]) * st[p * kCN + n];
+      for (int u = 0; u < kCC; ++u) kintra += dmw[u * kCC + t] * qr[u * kCN + n];
+      for (int p = 0; p < kCP; ++p) kstate += static_cast<double>(v[t * kCP + p]) * ds[p * kCN + n];
+      dqr[t * kCN + n] = intra + e[t] * inter;
+      dks[t * kCN + n] = kintra + w[t] * kstate;
+    }
+  for (int s = 0; s < kCC; ++s)
+    for (int p = 0; p < kCP; ++p) {
+      double intra = 0, state = 0;
+      for (int t = 0; t < kCC; ++t) intra += mw[t * kCC + s] * dy[t * kCP + p];
+      for (int n = 0; n < kCN; ++n) state += static_cast<double>(ks[s * kCN + n]) * ds[p * kCN + n];
+      dv[s * kCP + p] = intra + w[s] * state;
+    }
+  for (int p = 0; p < kCP; ++p)
+    for (int n = 0; n < kCN; ++n) {
+      double acc = 0;
+      for (int t = 0; t < kCC; ++t) acc += e[t] * dy[t * kCP + p] * qr[t * kCN + n];
+      upd[p * kCN + n] = acc;
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the bf16-plane product core matches float64 on every output", "[gpu]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const auto& api = driver::api();
+  use_test_cache_dir();
+  const std::vector<float> in = core_inputs();
+  const std::vector<double> ref = core_reference(in);
+  std::vector<float> out(kCoreOut);
+  CUdeviceptr din = 0, dout = 0;
+  driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dout, out.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
+  const LoadedKernel& k = load_kernel(test::planes_probe_source(), "m3_planes_core_probe", kCoreSmem);
+  int reps = 2;  // the second repetition restages over the first's planes
+  void* args[] = {&din, &dout, &reps};
+  LaunchConfig cfg;
+  cfg.block[0] = 256;
+  cfg.dynamic_smem = kCoreSmem;
+  k.launch(cfg, args);
+  driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+  driver::check(api.cuMemcpyDtoH(out.data(), dout, out.size() * 4), "cuMemcpyDtoH");
+  // Bounds: dv keeps one plane of dy and of dS (about 2^-9 / sqrt(3) an element, averaged over its
+  // sums); every other output has both planes of each rounded operand (about 2^-16). A wrong
+  // fragment or plane gives O(1), a lo plane left out about 1e-3.
+  struct Part {
+    const char* name;
+    int n;
+    double bound;
+  };
+  const Part parts[] = {{"dqr", kCC * kCN, 1e-4}, {"dks", kCC * kCN, 1e-4}, {"dv", kCC * kCP, 1e-2},
+                        {"upd", kCP * kCN, 1e-4}, {"row_g", kCC, 1e-4},      {"col_g", kCC, 1e-4}};
+  int at = 0;
+  for (const auto& [name, n, bound] : parts) {
+    double num = 0, den = 0;
+    for (int i = at; i < at + n; ++i) {
+      num += (out[i] - ref[i]) * (out[i] - ref[i]);
+      den += ref[i] * ref[i];
+    }
+    at += n;
+    INFO(name << ": rel-L2 " << std::sqrt(num / den));
+    CHECK(std::sqrt(num / den) < bound);
+  }
+  api.cuMemFree(din);
+  api.cuMemFree(dout);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  const auto& api = driver::api();
+  use_test_cache_dir();
+  int sms = 0;
+  driver::check(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, driver::current_device()),
+                "cuDeviceGetAttribute");
+  const unsigned ctas = 2u * static_cast<unsigned>(sms);
+  const std::vector<float> in = core_inputs();
+  CUdeviceptr din = 0, dout = 0;
+  driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * kCoreOut * 4), "cuMemAlloc");
+  driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
+  const LoadedKernel& k = load_kernel(test::planes_probe_source(), "m3_planes_core_probe", kCoreSmem);
+  const auto seconds = [&](int reps) {
+    void* args[] = {&din, &dout, &reps};
+    LaunchConfig cfg;
+    cfg.grid[0] = ctas;
+    cfg.block[0] = 256;
+    cfg.dynamic_smem = kCoreSmem;
+    double best = 1e30;
+    for (int trial = 0; trial < 5; ++trial) {
+      const auto t0 = std::chrono::steady_clock::now();
+      k.launch(cfg, args);
+      driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  const int reps = 512;
+  const double us = (seconds(reps) - seconds(0)) / reps * 1e6;
+  WARN("m3_planes_core_probe: " << us << " us a job (staging from L2, products, outputs) with two jobs an SM");
+  api.cuMemFree(din);
+  api.cuMemFree(dout);
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }

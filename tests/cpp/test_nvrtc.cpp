@@ -62,6 +62,13 @@ TEST_CASE("a kernel that includes a CUDA toolkit header compiles", "[nvrtc]") {
   CHECK(compile_with_nvrtc(s).cubin.compare(0, 4, "\x7f" "ELF") == 0);
 }
 
+TEST_CASE("the bf16-plane products and their probe compile", "[nvrtc]") {
+  const CompileOutput k = compile_with_nvrtc(test::planes_probe_source());
+  CHECK(k.cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  // mma.sync and ldmatrix.trans exist on sm_80 on: the block does not tie the kernels to sm_90a.
+  CHECK(compile_with_nvrtc(test::planes_probe_source("sm_90")).cubin.compare(0, 4, "\x7f" "ELF") == 0);
+}
+
 TEST_CASE("the wgmma tile product compiles for sm_90a and is refused, with NVRTC's log, for sm_90", "[nvrtc]") {
   CHECK(compile_with_nvrtc(test::wgmma_probe_source()).cubin.compare(0, 4, "\x7f" "ELF") == 0);
   // wgmma exists only in the architecture-specific target: plain sm_90 must fail loudly.

@@ -59,6 +59,18 @@ inline KernelSource wgmma_probe_source(const std::string& arch = "sm_90a") {
   return s;
 }
 
+// The bf16-plane products' device check and timing (kernel_src/m3_planes_probe.cuh): d = reps * a b
+// for a 64 x 32 and b 32 x 128, 256 threads, under 48 KB of shared memory.
+constexpr unsigned kPlanesProbeSmem = 32 * 1024;
+inline KernelSource planes_probe_source(const std::string& arch = "sm_90a") {
+  KernelSource s;
+  s.name = "planes_probe";
+  s.code = "#include \"m3_planes_probe.cuh\"\n";
+  s.options = {"-DM3_LEAN_MMA=1", "-DM3_TF32_TRUNCATE=1"};  // the default kernels' tf32 operands
+  s.arch = arch;
+  return s;
+}
+
 // The smoke kernel made unique by a tag, so that every test starts from its own key. It compiles
 // in a fraction of a second.
 inline KernelSource smoke_source(const std::string& tag, const std::string& arch = "sm_90a") {

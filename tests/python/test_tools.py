@@ -281,6 +281,24 @@ def test_precision_study_rounds_like_the_tensor_core_formats():
     split = study.operand_product("bf16x3")(a, b)
     err = lambda y: ((y - exact).norm() / exact.norm()).item()  # noqa: E731
     assert err(plain) > 1e-3 and err(split) < 1e-4
+    # One split operand: exact when the other is bf16 already, between plain and split otherwise.
+    b16 = study.round_to(b, 8)
+    assert err(study.operand_product("bf16x2a")(a, b)) > 1e-3
+    assert ((study.operand_product("bf16x2a")(a, b16) - a @ b16).norm() / (a @ b16).norm()).item() < 1e-4
+    assert ((study.operand_product("bf16x2b")(b16.T, a.T) - b16.T @ a.T).norm() / (a @ b16).norm()).item() < 1e-4
+    # "F|G|H" per product: the forward in F, the two backward products in G and H.
+    mm = study.rounded_matmul("fp64|bf16|bf16x3")
+    a_ = a.clone().requires_grad_(True)
+    b_ = b.clone().requires_grad_(True)
+    out = mm(a_, b_)
+    assert torch.equal(out, exact)
+    gout = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    out.backward(gout)
+    assert err_of(a_.grad, gout @ b.T) > 1e-3 and err_of(b_.grad, a.T @ gout) < 1e-4
+
+
+def err_of(y, exact):
+    return ((y - exact).norm() / exact.norm()).item()
 
 
 NCU_SOURCE_CSV = '''"File Path","/build/kernel_src/m3_common.cuh"

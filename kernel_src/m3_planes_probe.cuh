@@ -1,0 +1,120 @@
+// The plane products' device check and timing (m3_planes.cuh), compiled and launched by the tests
+// only.
+//
+// d (64 x 128, row-major, one per CTA) = reps * a b for a (64 x 32) and b (32 x 128) handed over in
+// fp32 in their stored orientation: a as [m][k] or, "at", [k][m]; b as [n][k] or, "bt", [k][n].
+// The update of the backward's state gradient, sum_t (e dy)[t][p] qr[t][n], has this shape with
+// both operands stored token-major (at, bt). m3_planes_probe_tf32_at_bt computes that product the
+// way the default kernels do (MmaTile::mac: tf32, both operands loaded one element at a time from
+// fp32 tiles), for timing side by side; `reps` > 1 repeats the product from the same tiles.
+//
+// m3_planes_core_probe runs the backward's whole product core (m3_planes_core.cuh) for one chunk and
+// head per CTA and repetition, staging included, on the same inputs (in L2 after the first CTA), each
+// CTA writing its own outputs: two CTAs an SM time a job's products as the backward would pair them.
+#pragma once
+
+#include "m3_planes_core.cuh"
+
+namespace m3pl {
+
+constexpr int kProbeM = 64, kProbeN = 128, kProbeK = 32;
+
+// rows x cols fp32 from global (row-major) into hi and lo planes.
+template <int ROWS, int COLS>
+M3_DEV void stage_planes(const float* src, m3_bf16* hi, m3_bf16* lo) {
+  constexpr int kLd = PlaneShape<ROWS, COLS>::kLd;
+  for (int e = threadIdx.x; e < ROWS * COLS / 2; e += blockDim.x) {
+    const int r = (2 * e) / COLS, c = (2 * e) % COLS;
+    unsigned h, l;
+    split_pair(src[r * COLS + c], src[r * COLS + c + 1], h, l);
+    *reinterpret_cast<unsigned*>(hi + r * kLd + c) = h;
+    *reinterpret_cast<unsigned*>(lo + r * kLd + c) = l;
+  }
+}
+
+template <bool kATrans, bool kBTrans, int kMode>
+M3_DEV void probe_planes(const float* a, const float* b, float* d, int reps) {
+  constexpr int M = kProbeM, N = kProbeN, K = kProbeK;
+  constexpr int ARows = kATrans ? K : M, ACols = kATrans ? M : K;
+  constexpr int BRows = kBTrans ? K : N, BCols = kBTrans ? N : K;
+  using AS = PlaneShape<ARows, ACols>;
+  using BS = PlaneShape<BRows, BCols>;
+  extern __shared__ float4 probe_smem[];
+  m3_bf16* a_hi = reinterpret_cast<m3_bf16*>(probe_smem);
+  m3_bf16* a_lo = a_hi + AS::kElems;
+  m3_bf16* b_hi = a_lo + AS::kElems;
+  m3_bf16* b_lo = b_hi + BS::kElems;
+  stage_planes<ARows, ACols>(a, a_hi, a_lo);
+  stage_planes<BRows, BCols>(b, b_hi, b_lo);
+  __syncthreads();
+  PlaneTile<M, N> tile;
+  for (int rep = 0; rep < reps; ++rep) {
+    asm volatile("" ::: "memory");  // every repetition loads its fragments again
+    tile.template mac<K, kATrans, kBTrans, kMode>(a_hi, a_lo, AS::kLd, b_hi, b_lo, BS::kLd);
+  }
+  float* out = d + static_cast<long long>(blockIdx.x) * M * N;
+  tile.for_each_pair([&](int r, int c, float x0, float x1) {
+    *reinterpret_cast<float2*>(out + r * N + c) = make_float2(x0, x1);
+  });
+}
+
+// The default kernels' way (tf32, element loads), tiles padded by 4 words a row as theirs.
+M3_DEV void probe_tf32_at_bt(const float* a, const float* b, float* d, int reps) {
+  constexpr int M = kProbeM, N = kProbeN, K = kProbeK, LDA = M + 4, LDB = N + 4;
+  extern __shared__ float4 probe_smem[];
+  float* ta = reinterpret_cast<float*>(probe_smem);
+  float* tb = ta + K * LDA;
+  float* e = tb + K * LDB;
+  for (int i = threadIdx.x; i < K * M; i += blockDim.x) ta[(i / M) * LDA + i % M] = a[i];
+  for (int i = threadIdx.x; i < K * N; i += blockDim.x) tb[(i / N) * LDB + i % N] = b[i];
+  if (threadIdx.x < K) e[threadIdx.x] = 1.f;  // the update scales dy by e[t] in its A loads
+  __syncthreads();
+  MmaTile<M, N, 256> tile;
+  for (int rep = 0; rep < reps; ++rep) {
+    asm volatile("" ::: "memory");
+    tile.template mac<K>([&](int r, int k) { return e[k] * ta[k * LDA + r]; },
+                         [&](int k, int c) { return tb[k * LDB + c]; });
+  }
+  float* out = d + static_cast<long long>(blockIdx.x) * M * N;
+  tile.for_each_pair([&](int r, int c, float x0, float x1) {
+    *reinterpret_cast<float2*>(out + r * N + c) = make_float2(x0, x1);
+  });
+}
+
+}  // namespace m3pl
+
+#define M3_PLANES_PROBE(name, at, bt, mode)                                                              \
+  extern "C" __global__ void __launch_bounds__(256) name(const float* a, const float* b, float* d, int reps) { \
+    m3pl::probe_planes<at, bt, mode>(a, b, d, reps);                                                     \
+  }
+M3_PLANES_PROBE(m3_planes_probe_a_b, false, false, m3pl::kSplitBoth)
+M3_PLANES_PROBE(m3_planes_probe_at_b, true, false, m3pl::kSplitBoth)
+M3_PLANES_PROBE(m3_planes_probe_a_bt, false, true, m3pl::kSplitBoth)
+M3_PLANES_PROBE(m3_planes_probe_at_bt, true, true, m3pl::kSplitBoth)
+M3_PLANES_PROBE(m3_planes_probe_at_bt_one, true, true, m3pl::kSplitA)
+#undef M3_PLANES_PROBE
+
+extern "C" __global__ void __launch_bounds__(256) m3_planes_probe_tf32_at_bt(const float* a, const float* b, float* d,
+                                                                             int reps) {
+  m3pl::probe_tf32_at_bt(a, b, d, reps);
+}
+
+// in: qr, ks (C x N), dy, v (C x P), st, ds (P x N), cl (C), contiguous in that order; out: per CTA
+// dqr, dks (C x N), dv (C x P), upd (P x N), row_g, col_g (C), contiguous in that order.
+extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const float* in, float* out, int reps) {
+  using namespace m3pl;
+  extern __shared__ float4 probe_smem[];
+  const CorePlanes s{reinterpret_cast<char*>(probe_smem)};
+  constexpr int CN = kCoreC * kCoreN, CP = kCoreC * kCoreP, PN = kCoreP * kCoreN;
+  const CoreInputs ci{in, in + CN, in + 2 * CN, in + 2 * CN + CP, in + 2 * CN + 2 * CP, in + 2 * CN + 2 * CP + PN,
+                      in + 2 * CN + 2 * CP + 2 * PN};
+  float* o = out + static_cast<long long>(blockIdx.x) * (2 * CN + CP + PN + 2 * kCoreC);
+  const CoreOutputs co{o, o + CN, o + 2 * CN, o + 2 * CN + CP, o + 2 * CN + CP + PN, o + 2 * CN + CP + PN + kCoreC};
+  for (int rep = 0; rep < reps; ++rep) {
+    stage_core(ci, s);
+    core_mixing(s, co);
+    core_products(ci, s, co);
+    __syncthreads();  // the next repetition's staging overwrites the planes
+  }
+}
+static_assert(m3pl::CoreLayout::total == 105472, "tests/cpp/test_gpu.cpp's kCoreSmem is this layout's size");
