@@ -188,3 +188,36 @@ if __name__ == "__main__":
         for (at, bt), (err, wf, minimum) in check(*shape).items():
             print(f"M, N, K = {shape}, a{'t' if at else ''} b{'t' if bt else ''}: "
                   f"max error {err:.1e}, wavefronts {wf} (minimum {minimum})")
+
+
+# The product core's operands (kernel_src/m3_planes_core.cuh): (name, M, N, K, planes of A, of B).
+CORE_PRODUCTS = [("scores", 32, 32, 128, 2, 2), ("dM", 32, 32, 64, 2, 1),
+                 ("dqr intra", 32, 128, 32, 2, 2), ("dqr inter", 32, 128, 64, 2, 2), ("U", 64, 128, 32, 2, 2),
+                 ("dks intra", 32, 128, 32, 2, 2), ("dks state", 32, 128, 64, 1, 2),
+                 ("dv intra", 32, 64, 32, 1, 1), ("dv state", 32, 64, 128, 2, 1)]
+
+
+def core_operand_wavefronts(warp_tile: tuple[int, int] | None) -> int:
+    """Shared wavefronts a job spends on the core's operands when every product is cut into warp
+    tiles of warp_tile (rows, columns), each warp loading its own A and B fragments by
+    ldmatrix.x4 (4 conflict-free wavefronts each; per 16-deep step, rows/16 A blocks and
+    columns/16 B pairs a plane); None: each operand plane read once, 128 bytes a wavefront, as a
+    warpgroup product from shared memory would. The core as built uses 16 x 16 tiles for the two
+    32 x 32 products and 16 x 32 (32 x 32 for U) for the rest."""
+    total = 0
+    for _, m, n, k, pa, pb in CORE_PRODUCTS:
+        if warp_tile is None:
+            total += (m * k * pa + k * n * pb) * 2 // 128
+            continue
+        wm, wn = min(warp_tile[0], m), min(warp_tile[1], n)
+        warps = (m // wm) * (n // wn)
+        total += warps * (k // 16) * (wm // 16 * pa + wn // 16 * pb) * 4
+    return total
+
+
+def core_as_built_wavefronts() -> int:
+    total = 0
+    for name, m, n, k, pa, pb in CORE_PRODUCTS:
+        wm, wn = (16, 16) if m == n == 32 else (m // 2, n // 4)
+        total += (m // wm) * (n // wn) * (k // 16) * (wm // 16 * pa + wn // 16 * pb) * 4
+    return total

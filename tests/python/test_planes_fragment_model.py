@@ -40,3 +40,11 @@ def test_an_unpadded_plane_conflicts(monkeypatch):
     monkeypatch.setattr(model, "plane_ld", lambda cols: cols)
     _, wavefronts, minimum = model.check(64, 128, 32)[(False, False)]
     assert wavefronts > minimum
+
+
+def test_the_core_operand_wavefronts_by_warp_tile():
+    """The core's operand reads a job: as built, 4 x the 1,072 LDSM its SASS holds a job; 32 x 32
+    warp tiles and one read of each plane (a warpgroup product) read less, in that order."""
+    built = model.core_as_built_wavefronts()
+    assert built == 4 * 1072
+    assert model.core_operand_wavefronts(None) < model.core_operand_wavefronts((32, 32)) < built
