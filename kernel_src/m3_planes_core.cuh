@@ -68,18 +68,23 @@ struct CorePlanes {
 #define M3_CORE_STATE_KS_MODE kSplitA  // dv's ks dS^T: ks in two planes, dS in one
 #endif
 
+// Four adjacent elements into planes at element `at`: hi, and under kLo lo.
+template <bool kLo>
+M3_DEV void put_split4(float4 x, m3_bf16* hi, m3_bf16* lo, int at) {
+  unsigned h0, l0, h1, l1;
+  split_pair(x.x, x.y, h0, l0);
+  split_pair(x.z, x.w, h1, l1);
+  *reinterpret_cast<uint2*>(hi + at) = make_uint2(h0, h1);
+  if constexpr (kLo) *reinterpret_cast<uint2*>(lo + at) = make_uint2(l0, l1);
+}
+
 // rows x cols fp32 (row-major) into a hi plane and, under kLo, a lo plane.
 template <int ROWS, int COLS, bool kLo>
 M3_DEV void stage_planes_rows(const float* src, m3_bf16* hi, m3_bf16* lo) {
   constexpr int kLd = PlaneShape<ROWS, COLS>::kLd;
   for (int e = threadIdx.x; e < ROWS * COLS / 4; e += blockDim.x) {
     const int r = 4 * e / COLS, c = 4 * e % COLS;
-    const float4 x = __ldg(reinterpret_cast<const float4*>(src + r * COLS + c));
-    unsigned h0, l0, h1, l1;
-    split_pair(x.x, x.y, h0, l0);
-    split_pair(x.z, x.w, h1, l1);
-    *reinterpret_cast<uint2*>(hi + r * kLd + c) = make_uint2(h0, h1);
-    if constexpr (kLo) *reinterpret_cast<uint2*>(lo + r * kLd + c) = make_uint2(l0, l1);
+    put_split4<kLo>(__ldg(reinterpret_cast<const float4*>(src + r * COLS + c)), hi, lo, r * kLd + c);
   }
 }
 
@@ -91,15 +96,9 @@ M3_DEV void stage_dy(const float* dy, const float* e, const CorePlanes& s) {
     const int r = 4 * i / kCoreP, c = 4 * i % kCoreP;
     const float4 x = __ldg(reinterpret_cast<const float4*>(dy + r * kCoreP + c));
     const float er = e[r];
-    unsigned h0, l0, h1, l1;
-    split_pair(x.x, x.y, h0, l0);
-    split_pair(x.z, x.w, h1, l1);
-    *reinterpret_cast<uint2*>(s.at(L::dy_hi) + r * kLd + c) = make_uint2(h0, h1);
-    *reinterpret_cast<uint2*>(s.at(L::dy_lo) + r * kLd + c) = make_uint2(l0, l1);
-    split_pair(er * x.x, er * x.y, h0, l0);
-    split_pair(er * x.z, er * x.w, h1, l1);
-    *reinterpret_cast<uint2*>(s.at(L::edy_hi) + r * kLd + c) = make_uint2(h0, h1);
-    *reinterpret_cast<uint2*>(s.at(L::edy_lo) + r * kLd + c) = make_uint2(l0, l1);
+    put_split4<true>(x, s.at(L::dy_hi), s.at(L::dy_lo), r * kLd + c);
+    put_split4<true>(make_float4(er * x.x, er * x.y, er * x.z, er * x.w), s.at(L::edy_hi), s.at(L::edy_lo),
+                     r * kLd + c);
   }
 }
 

@@ -19,19 +19,6 @@ namespace m3pl {
 
 constexpr int kProbeM = 64, kProbeN = 128, kProbeK = 32;
 
-// rows x cols fp32 from global (row-major) into hi and lo planes.
-template <int ROWS, int COLS>
-M3_DEV void stage_planes(const float* src, m3_bf16* hi, m3_bf16* lo) {
-  constexpr int kLd = PlaneShape<ROWS, COLS>::kLd;
-  for (int e = threadIdx.x; e < ROWS * COLS / 2; e += blockDim.x) {
-    const int r = (2 * e) / COLS, c = (2 * e) % COLS;
-    unsigned h, l;
-    split_pair(src[r * COLS + c], src[r * COLS + c + 1], h, l);
-    *reinterpret_cast<unsigned*>(hi + r * kLd + c) = h;
-    *reinterpret_cast<unsigned*>(lo + r * kLd + c) = l;
-  }
-}
-
 template <bool kATrans, bool kBTrans, int kMode>
 M3_DEV void probe_planes(const float* a, const float* b, float* d, int reps) {
   constexpr int M = kProbeM, N = kProbeN, K = kProbeK;
@@ -44,8 +31,8 @@ M3_DEV void probe_planes(const float* a, const float* b, float* d, int reps) {
   m3_bf16* a_lo = a_hi + AS::kElems;
   m3_bf16* b_hi = a_lo + AS::kElems;
   m3_bf16* b_lo = b_hi + BS::kElems;
-  stage_planes<ARows, ACols>(a, a_hi, a_lo);
-  stage_planes<BRows, BCols>(b, b_hi, b_lo);
+  stage_planes_rows<ARows, ACols, true>(a, a_hi, a_lo);
+  stage_planes_rows<BRows, BCols, true>(b, b_hi, b_lo);
   __syncthreads();
   PlaneTile<M, N> tile;
   for (int rep = 0; rep < reps; ++rep) {

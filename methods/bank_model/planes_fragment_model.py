@@ -197,27 +197,28 @@ CORE_PRODUCTS = [("scores", 32, 32, 128, 2, 2), ("dM", 32, 32, 64, 2, 1),
                  ("dv intra", 32, 64, 32, 1, 1), ("dv state", 32, 64, 128, 2, 1)]
 
 
-def core_operand_wavefronts(warp_tile: tuple[int, int] | None) -> int:
-    """Shared wavefronts a job spends on the core's operands when every product is cut into warp
-    tiles of warp_tile (rows, columns), each warp loading its own A and B fragments by
+def _core_wavefronts(warp_tile_of) -> int:
+    """Shared wavefronts of the core's operand reads a job, each product cut into warp tiles of
+    warp_tile_of(m, n) = (rows, columns), each warp loading its own A and B fragments by
     ldmatrix.x4 (4 conflict-free wavefronts each; per 16-deep step, rows/16 A blocks and
-    columns/16 B pairs a plane); None: each operand plane read once, 128 bytes a wavefront, as a
-    warpgroup product from shared memory would. The core as built uses 16 x 16 tiles for the two
-    32 x 32 products and 16 x 32 (32 x 32 for U) for the rest."""
+    columns/16 B pairs a plane)."""
     total = 0
     for _, m, n, k, pa, pb in CORE_PRODUCTS:
-        if warp_tile is None:
-            total += (m * k * pa + k * n * pb) * 2 // 128
-            continue
-        wm, wn = min(warp_tile[0], m), min(warp_tile[1], n)
-        warps = (m // wm) * (n // wn)
-        total += warps * (k // 16) * (wm // 16 * pa + wn // 16 * pb) * 4
+        wm, wn = warp_tile_of(m, n)
+        total += (m // wm) * (n // wn) * (k // 16) * (wm // 16 * pa + wn // 16 * pb) * 4
     return total
+
+
+def core_operand_wavefronts(warp_tile: tuple[int, int] | None) -> int:
+    """The core's operand wavefronts a job with every product in warp tiles of warp_tile; None:
+    each operand plane read once, 128 bytes a wavefront, as a warpgroup product from shared memory
+    would."""
+    if warp_tile is None:
+        return sum((m * k * pa + k * n * pb) * 2 // 128 for _, m, n, k, pa, pb in CORE_PRODUCTS)
+    return _core_wavefronts(lambda m, n: (min(warp_tile[0], m), min(warp_tile[1], n)))
 
 
 def core_as_built_wavefronts() -> int:
-    total = 0
-    for name, m, n, k, pa, pb in CORE_PRODUCTS:
-        wm, wn = (16, 16) if m == n == 32 else (m // 2, n // 4)
-        total += (m // wm) * (n // wn) * (k // 16) * (wm // 16 * pa + wn // 16 * pb) * 4
-    return total
+    """As m3_planes_core.cuh cuts them: 16 x 16 warp tiles for the two 32 x 32 products (four
+    warps each), the 2 x 4 layout of eight warps for the rest."""
+    return _core_wavefronts(lambda m, n: (16, 16) if m == n == 32 else (m // 2, n // 4))

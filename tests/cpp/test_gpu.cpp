@@ -243,6 +243,27 @@ double planes_probe_error(const PlanesProbe& pr, const std::vector<float>& a, co
   return std::sqrt(num / den);
 }
 
+// Two CTAs of a probe for each SM, as the backward pairs its jobs.
+unsigned two_ctas_per_sm() {
+  int sms = 0;
+  driver::check(driver::api().cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                   driver::current_device()),
+                "cuDeviceGetAttribute");
+  return 2u * static_cast<unsigned>(sms);
+}
+
+// The best of five timed launches (host clock around launch and synchronise), in seconds.
+double best_launch_seconds(const LoadedKernel& k, const LaunchConfig& cfg, void** args) {
+  double best = 1e30;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    k.launch(cfg, args);
+    driver::check(driver::api().cuCtxSynchronize(), "cuCtxSynchronize");
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 TEST_CASE("the bf16-plane products match float64 in every operand orientation", "[gpu]") {
@@ -294,10 +315,7 @@ TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
   }
   const auto& api = driver::api();
   use_test_cache_dir();
-  int sms = 0;
-  driver::check(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, driver::current_device()),
-                "cuDeviceGetAttribute");
-  const unsigned ctas = 2u * static_cast<unsigned>(sms);
+  const unsigned ctas = two_ctas_per_sm();
   CUdeviceptr da = 0, db = 0, dd = 0;
   driver::check(api.cuMemAlloc(&da, kPM * kPK * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&db, kPK * kPN * 4), "cuMemAlloc");
@@ -313,14 +331,7 @@ TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
       cfg.grid[0] = ctas;
       cfg.block[0] = 256;
       cfg.dynamic_smem = test::kPlanesProbeSmem;
-      double best = 1e30;
-      for (int trial = 0; trial < 5; ++trial) {
-        const auto t0 = std::chrono::steady_clock::now();
-        k.launch(cfg, args);
-        driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      return best;
+      return best_launch_seconds(k, cfg, args);
     };
     const int reps = 4096;
     const double ns = (seconds(reps) - seconds(0)) / reps * 1e9;
@@ -465,10 +476,7 @@ TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
   }
   const auto& api = driver::api();
   use_test_cache_dir();
-  int sms = 0;
-  driver::check(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, driver::current_device()),
-                "cuDeviceGetAttribute");
-  const unsigned ctas = 2u * static_cast<unsigned>(sms);
+  const unsigned ctas = two_ctas_per_sm();
   const std::vector<float> in = core_inputs();
   CUdeviceptr din = 0, dout = 0;
   driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
@@ -481,14 +489,7 @@ TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
     cfg.grid[0] = ctas;
     cfg.block[0] = 256;
     cfg.dynamic_smem = kCoreSmem;
-    double best = 1e30;
-    for (int trial = 0; trial < 5; ++trial) {
-      const auto t0 = std::chrono::steady_clock::now();
-      k.launch(cfg, args);
-      driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
+    return best_launch_seconds(k, cfg, args);
   };
   const int reps = 512;
   const double us = (seconds(reps) - seconds(0)) / reps * 1e6;
