@@ -240,7 +240,10 @@ M3_DEV void store_tiles(const TileT& a, const TileT* b, const float* row_scale, 
 }
 
 // The five state-sized products, each written out before the next starts; dS is staged over S
-// between the two that read S or nothing of the states and the two that read dS.
+// between the two that read S or nothing of the states and the two that read dS. Under
+// kRestage = false the state planes are read again as they are (the probe's timing of the products
+// without the staging: the same instructions, wrong values).
+template <bool kRestage = true>
 M3_DEV void core_products(const CoreInputs& in, const CorePlanes& s, const CoreOutputs& out) {
   using L = CoreLayout;
   const float* w = s.f32(L::vec) + 2 * kCoreC;
@@ -259,7 +262,7 @@ M3_DEV void core_products(const CoreInputs& in, const CorePlanes& s, const CoreO
     store_tiles(upd, static_cast<const decltype(upd)*>(nullptr), nullptr, out.upd, kCoreN);
   }
   __syncthreads();  // every warp is done with S
-  stage_planes_rows<kCoreP, kCoreN, true>(in.ds, s.at(L::state_hi), s.at(L::state_lo));
+  if constexpr (kRestage) stage_planes_rows<kCoreP, kCoreN, true>(in.ds, s.at(L::state_hi), s.at(L::state_lo));
   __syncthreads();
   {
     PlaneTile<kCoreC, kCoreN> intra, state;

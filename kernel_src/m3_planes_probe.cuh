@@ -88,7 +88,10 @@ extern "C" __global__ void __launch_bounds__(256) m3_planes_probe_tf32_at_bt(con
 
 // in: qr, ks (C x N), dy, v (C x P), st, ds (P x N), cl (C), contiguous in that order; out: per CTA
 // dqr, dks (C x N), dv (C x P), upd (P x N), row_g, col_g (C), contiguous in that order.
-extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const float* in, float* out, int reps) {
+// products_only != 0 stages once and repeats only the products and their stores (dS not restaged:
+// timing only), so that a job's time splits into its staging and its products.
+extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const float* in, float* out, int reps,
+                                                                         int products_only) {
   using namespace m3pl;
   extern __shared__ float4 probe_smem[];
   const CorePlanes s{reinterpret_cast<char*>(probe_smem)};
@@ -97,6 +100,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const 
                       in + 2 * CN + 2 * CP + 2 * PN};
   float* o = out + static_cast<long long>(blockIdx.x) * (2 * CN + CP + PN + 2 * kCoreC);
   const CoreOutputs co{o, o + CN, o + 2 * CN, o + 2 * CN + CP, o + 2 * CN + CP + PN, o + 2 * CN + CP + PN + kCoreC};
+  if (products_only) {
+    stage_core(ci, s);
+    for (int rep = 0; rep < reps; ++rep) {
+      core_mixing(s, co);
+      core_products<false>(ci, s, co);
+      __syncthreads();
+    }
+    return;
+  }
   for (int rep = 0; rep < reps; ++rep) {
     stage_core(ci, s);
     core_mixing(s, co);

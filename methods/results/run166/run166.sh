@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run 166 (thirty-ninth session): the planes core's 20 us a job (run 165) split into its staging and
+# its products: m3_planes_core_probe with products_only (staged once; the products, the G sums and
+# the stores repeated). Prediction: the products 4 to 6 us a job at two CTAs an SM (1,952 HMMA a job
+# at run 165's tensor rate is about 3.3 us of the pair's time, plus the barriers and the stores), so
+# the staging about 14 to 16 us of the 20. The correctness tests first (the probe's new argument).
+# Carry ["scratch"] (scratch/shared: a copy of ../shared).
+set -uo pipefail
+t0=$(date +%s)
+export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
+MAMBA3_JIT_BUILD_DIR=/tmp/bt bash tools/build.sh -DMAMBA3_JIT_BUILD_TORCH=OFF > /tmp/build.log 2>&1
+echo "build rc=$? $(( $(date +%s)-t0 ))s"; tail -n 2 /tmp/build.log
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+/tmp/bt/mamba3_jit_tests "the bf16-plane product core matches float64 on every output" -s 2>&1 \
+  | grep -E "rel-L2|passed|failed|FAILED" | head -10
+for i in 1 2; do
+  /tmp/bt/mamba3_jit_tests "plane product core: time per job" 2>&1 | grep -E "us a job" | tee -a $OUT/timing.txt
+done
+echo "done $(( $(date +%s)-t0 ))s"
