@@ -78,27 +78,65 @@ M3_DEV void put_split4(float4 x, m3_bf16* hi, m3_bf16* lo, int at) {
   if constexpr (kLo) *reinterpret_cast<uint2*>(lo + at) = make_uint2(l0, l1);
 }
 
-// rows x cols fp32 (row-major) into a hi plane and, under kLo, a lo plane.
+// The core's block: PlaneTile's default 2 x 4 warps.
+constexpr int kCoreThreads = 256;
+
+// The thread index read where it is used: from threadIdx.x ptxas hoists every staging address out of
+// a loop over jobs and spills them (160 bytes of stack in the repeated probe).
+M3_DEV int core_tid() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
+// A thread's share of a rows x cols fp32 tile (row-major), held in registers from its loads to its
+// split, so that the loads of several tiles leave together: run 165 timed 20 us a job when each
+// float4 waited for the split of the one before (28 round trips to L2 a thread).
+template <int ROWS, int COLS>
+struct RowsInFlight {
+  static_assert(ROWS * COLS / 4 % kCoreThreads == 0, "every thread holds the same number of float4");
+  static constexpr int kCount = ROWS * COLS / 4 / kCoreThreads;
+  // Rows i * kRowStep apart from the thread's first: one base address a tile and immediate offsets
+  // (an address a float4 took 70 spilled words in a repeated probe).
+  static constexpr int kRowStep = 4 * kCoreThreads / COLS;
+  static_assert(4 * kCoreThreads % COLS == 0, "a thread keeps its column");
+  float4 x[kCount];
+  static M3_DEV int row(int i) { return 4 * core_tid() / COLS + i * kRowStep; }
+  static M3_DEV int col() { return 4 * core_tid() % COLS; }
+  M3_DEV void load(const float* src) {
+    const float4* at = reinterpret_cast<const float4*>(src + row(0) * COLS + col());
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) x[i] = __ldg(at + i * kCoreThreads);
+  }
+  // Into a hi plane and, under kLo, a lo plane.
+  template <bool kLo>
+  M3_DEV void put(m3_bf16* hi, m3_bf16* lo) const {
+    constexpr int kLd = PlaneShape<ROWS, COLS>::kLd;
+    const int at = row(0) * kLd + col();
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) put_split4<kLo>(x[i], hi, lo, at + i * kRowStep * kLd);
+  }
+};
+
+// rows x cols fp32 into a hi plane and, under kLo, a lo plane (a block of kCoreThreads).
 template <int ROWS, int COLS, bool kLo>
 M3_DEV void stage_planes_rows(const float* src, m3_bf16* hi, m3_bf16* lo) {
-  constexpr int kLd = PlaneShape<ROWS, COLS>::kLd;
-  for (int e = threadIdx.x; e < ROWS * COLS / 4; e += blockDim.x) {
-    const int r = 4 * e / COLS, c = 4 * e % COLS;
-    put_split4<kLo>(__ldg(reinterpret_cast<const float4*>(src + r * COLS + c)), hi, lo, r * kLd + c);
-  }
+  RowsInFlight<ROWS, COLS> rows;
+  rows.load(src);
+  rows.template put<kLo>(hi, lo);
 }
 
 // dy into its planes and e dy into its own (the update and the inter product contract e dy over t).
-M3_DEV void stage_dy(const float* dy, const float* e, const CorePlanes& s) {
+M3_DEV void put_dy(const RowsInFlight<kCoreC, kCoreP>& dy, const float* e, const CorePlanes& s) {
   using L = CoreLayout;
   constexpr int kLd = L::T::kLd;
-  for (int i = threadIdx.x; i < kCoreC * kCoreP / 4; i += blockDim.x) {
-    const int r = 4 * i / kCoreP, c = 4 * i % kCoreP;
-    const float4 x = __ldg(reinterpret_cast<const float4*>(dy + r * kCoreP + c));
+#pragma unroll
+  for (int i = 0; i < dy.kCount; ++i) {
+    const int r = dy.row(i), at = r * kLd + dy.col();
+    const float4 x = dy.x[i];
     const float er = e[r];
-    put_split4<true>(x, s.at(L::dy_hi), s.at(L::dy_lo), r * kLd + c);
-    put_split4<true>(make_float4(er * x.x, er * x.y, er * x.z, er * x.w), s.at(L::edy_hi), s.at(L::edy_lo),
-                     r * kLd + c);
+    put_split4<true>(x, s.at(L::dy_hi), s.at(L::dy_lo), at);
+    put_split4<true>(make_float4(er * x.x, er * x.y, er * x.z, er * x.w), s.at(L::edy_hi), s.at(L::edy_lo), at);
   }
 }
 
@@ -123,6 +161,9 @@ struct CoreOutputs {
 
 M3_DEV void stage_core(const CoreInputs& in, const CorePlanes& s) {
   using L = CoreLayout;
+  RowsInFlight<kCoreC, kCoreN> qr, ks;
+  RowsInFlight<kCoreC, kCoreP> v, dy;
+  RowsInFlight<kCoreP, kCoreN> st;
   float* vec = s.f32(L::vec);
   if (threadIdx.x < kCoreC) {
     const float c = in.cl[threadIdx.x];
@@ -130,12 +171,19 @@ M3_DEV void stage_core(const CoreInputs& in, const CorePlanes& s) {
     vec[kCoreC + threadIdx.x] = __expf(c);
     vec[2 * kCoreC + threadIdx.x] = __expf(in.cl[kCoreC - 1] - c);
   }
-  stage_planes_rows<kCoreC, kCoreN, true>(in.qr, s.at(L::qr_hi), s.at(L::qr_lo));
-  stage_planes_rows<kCoreC, kCoreN, true>(in.ks, s.at(L::ks_hi), s.at(L::ks_lo));
-  stage_planes_rows<kCoreC, kCoreP, false>(in.v, s.at(L::v_hi), nullptr);
-  stage_planes_rows<kCoreP, kCoreN, true>(in.st, s.at(L::state_hi), s.at(L::state_lo));
+  // Two rounds of loads, the second leaving while the first is split: 20 float4 a thread at once
+  // would not fit beside the addresses in 128 registers.
+  st.load(in.st);
+  v.load(in.v);
+  dy.load(in.dy);
+  st.put<true>(s.at(L::state_hi), s.at(L::state_lo));
+  qr.load(in.qr);
+  ks.load(in.ks);
+  v.put<false>(s.at(L::v_hi), nullptr);
+  qr.put<true>(s.at(L::qr_hi), s.at(L::qr_lo));
+  ks.put<true>(s.at(L::ks_hi), s.at(L::ks_lo));
   __syncthreads();  // e, before e dy
-  stage_dy(in.dy, vec + kCoreC, s);
+  put_dy(dy, vec + kCoreC, s);
   __syncthreads();
 }
 
@@ -261,8 +309,10 @@ M3_DEV void core_products(const CoreInputs& in, const CorePlanes& s, const CoreO
                                                               s.at(L::qr_hi), s.at(L::qr_lo), L::Q::kLd);
     store_tiles(upd, static_cast<const decltype(upd)*>(nullptr), nullptr, out.upd, kCoreN);
   }
-  __syncthreads();  // every warp is done with S
-  if constexpr (kRestage) stage_planes_rows<kCoreP, kCoreN, true>(in.ds, s.at(L::state_hi), s.at(L::state_lo));
+  RowsInFlight<kCoreP, kCoreN> ds;
+  if constexpr (kRestage) ds.load(in.ds);  // travelling while the slowest warp finishes U
+  __syncthreads();                         // every warp is done with S
+  if constexpr (kRestage) ds.put<true>(s.at(L::state_hi), s.at(L::state_lo));
   __syncthreads();
   {
     PlaneTile<kCoreC, kCoreN> intra, state;

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Run 166 (thirty-ninth session): the planes core's 20 us a job (run 165) split into its staging and
-# its products: m3_planes_core_probe with products_only (staged once; the products, the G sums and
-# the stores repeated). Prediction: the products 4 to 6 us a job at two CTAs an SM (1,952 HMMA a job
-# at run 165's tensor rate is about 3.3 us of the pair's time, plus the barriers and the stores), so
-# the staging about 14 to 16 us of the 20. The correctness tests first (the probe's new argument).
+# its products, and its staging made to issue its loads together.
+# - m3_planes_core_probe with products_only (staged once; the products, the G sums and the stores
+#   repeated). Prediction: 4 to 6 us a job at two CTAs an SM (1,952 HMMA a job at run 165's tensor
+#   rate is about 3.3 us of the pair's time, plus the barriers and the stores).
+# - The whole job with the staging rewritten (RowsInFlight: a thread's float4 of a tile loaded
+#   together, then split; two rounds for qr, ks, v, dy and S, dS's loads leaving before the
+#   barrier that frees S; run 165's version waited for each float4 in turn, 28 round trips a
+#   thread). Prediction: 7 to 10 us a job, from 20.
 # Carry ["scratch"] (scratch/shared: a copy of ../shared).
 set -uo pipefail
 t0=$(date +%s)
