@@ -8,7 +8,7 @@
 #   together, then split; two rounds for qr, ks, v, dy and S, dS's loads leaving before the
 #   barrier that frees S; run 165's version waited for each float4 in turn, 28 round trips a
 #   thread). Prediction: 7 to 10 us a job, from 20.
-# Carry ["scratch"] (scratch/shared: a copy of ../shared).
+# Carry ["scratch"] (scratch/shared: a copy of ../shared; scratch/core_cdabd65.cuh: that commit's core header).
 set -uo pipefail
 t0=$(date +%s)
 export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
@@ -17,7 +17,17 @@ echo "build rc=$? $(( $(date +%s)-t0 ))s"; tail -n 2 /tmp/build.log
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 /tmp/bt/mamba3_jit_tests "the bf16-plane product core matches float64 on every output" -s 2>&1 \
   | grep -E "rel-L2|passed|failed|FAILED" | head -10
+# The predecessor (cdabd65's core header: the same probe, serial staging) built beside it, timed
+# alternately with it.
+cp kernel_src/m3_planes_core.cuh /tmp/core_new.cuh
+cp scratch/core_cdabd65.cuh kernel_src/m3_planes_core.cuh  # git show cdabd65:kernel_src/m3_planes_core.cuh
+MAMBA3_JIT_BUILD_DIR=/tmp/bt_old bash tools/build.sh -DMAMBA3_JIT_BUILD_TORCH=OFF > /tmp/build_old.log 2>&1
+echo "old build rc=$?"
+cp /tmp/core_new.cuh kernel_src/m3_planes_core.cuh
 for i in 1 2; do
-  /tmp/bt/mamba3_jit_tests "plane product core: time per job" 2>&1 | grep -E "us a job" | tee -a $OUT/timing.txt
+  for b in bt bt_old; do
+    MAMBA3_JIT_CACHE_DIR=/tmp/jc_$b /tmp/$b/mamba3_jit_tests "plane product core: time per job" 2>&1 \
+      | grep -E "us a job" | sed "s/^/$b: /" | tee -a $OUT/timing.txt
+  done
 done
 echo "done $(( $(date +%s)-t0 ))s"
