@@ -16,6 +16,13 @@
 // finds only the scores' two backward products (dqr's and dks's intra parts) in need of all three
 // terms: the others take one split operand (kSplitA, kSplitB) or none (kPlain).
 //
+// fp16 planes (M3_PLANES_FP16=1, thirty-ninth session): one plane of IEEE half, 11 significant bits
+// as tf32 (rounded to nearest), and every product hi*hi alone: one m16n8k16 where tf32 takes two
+// m16n8k8 and the bf16 mix up to three m16n8k16. methods/precision_study.py's "fp16" (half's
+// exponent range included) matches tf32 on every result of the visible cases; the operands'
+// magnitudes there stay under 40 (half overflows above 65504). The lo planes are then neither
+// written nor read, whatever mode a product names.
+//
 // Layout: a plane of ROWS x COLS bf16, COLS contiguous, rows COLS + 8 elements apart. For COLS a
 // multiple of 32 the row stride is 16 bytes more than a multiple of 64 or 128, so the 8 rows of an
 // ldmatrix block fall on 8 distinct 16-byte bank groups: conflict-free in both orientations.
@@ -23,7 +30,13 @@
 
 #include "m3_common.cuh"
 
+#ifndef M3_PLANES_FP16
+#define M3_PLANES_FP16 0
+#endif
+
 namespace m3pl {
+
+constexpr bool kPlanesFp16 = M3_PLANES_FP16 != 0;
 
 template <int ROWS, int COLS>
 struct PlaneShape {
@@ -33,11 +46,16 @@ struct PlaneShape {
 };
 
 // x0 and x1 (adjacent columns) into hi and lo words: one cvt.rn.bf16x2 each, the remainders exact
-// in fp32 (x - bf16(x) has at most 16 significant bits).
+// in fp32 (x - bf16(x) has at most 16 significant bits). fp16 planes: hi only (lo is left unset).
 M3_DEV void split_pair(float x0, float x1, unsigned& hi, unsigned& lo) {
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
-  const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
+  if constexpr (kPlanesFp16) {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    lo = 0u;
+  } else {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
+  }
 }
 
 M3_DEV unsigned plane_address(const m3_bf16* plane, int ld, int row, int col) {
@@ -51,12 +69,21 @@ M3_DEV void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
                : "memory");
 }
 
+// m16n8k16 in the planes' format (the f16 and bf16 fragments have one layout).
 M3_DEV void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kPlanesFp16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // The A fragment of the 16 x 16 block at (m, k) of A (M x K), stored [m][k] (kTrans false) or
@@ -118,7 +145,7 @@ struct PlaneTile {
   M3_DEV void mac(const m3_bf16* a_hi, const m3_bf16* a_lo, int lda, const m3_bf16* b_hi, const m3_bf16* b_lo,
                   int ldb) {
     static_assert(K % 16 == 0, "K must be a multiple of 16");
-    constexpr bool kLoA = (kMode & kSplitA) != 0, kLoB = (kMode & kSplitB) != 0;
+    constexpr bool kLoA = !kPlanesFp16 && (kMode & kSplitA) != 0, kLoB = !kPlanesFp16 && (kMode & kSplitB) != 0;
 #pragma unroll
     for (int k = 0; k < K; k += 16) {
       unsigned ah[MT][4], al[MT][4], bh[NTL / 2][4], bl[NTL / 2][4];

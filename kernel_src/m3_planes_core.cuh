@@ -75,7 +75,7 @@ M3_DEV void put_split4(float4 x, m3_bf16* hi, m3_bf16* lo, int at) {
   split_pair(x.x, x.y, h0, l0);
   split_pair(x.z, x.w, h1, l1);
   *reinterpret_cast<uint2*>(hi + at) = make_uint2(h0, h1);
-  if constexpr (kLo) *reinterpret_cast<uint2*>(lo + at) = make_uint2(l0, l1);
+  if constexpr (kLo && !kPlanesFp16) *reinterpret_cast<uint2*>(lo + at) = make_uint2(l0, l1);
 }
 
 // The core's block: PlaneTile's default 2 x 4 warps.
@@ -234,7 +234,7 @@ M3_DEV void core_mixing(const CorePlanes& s, const CoreOutputs& out) {
         *reinterpret_cast<unsigned*>(s.at(L::mw_hi) + r * kLd + c) = hi;
         split_pair(dmw[0], dmw[1], hi, lo);
         *reinterpret_cast<unsigned*>(s.at(L::dmw_hi) + r * kLd + c) = hi;
-        *reinterpret_cast<unsigned*>(s.at(L::dmw_lo) + r * kLd + c) = lo;
+        if constexpr (!kPlanesFp16) *reinterpret_cast<unsigned*>(s.at(L::dmw_lo) + r * kLd + c) = lo;
       }
     // Rows over the quad's lanes (t), columns over the eight row groups (g): fixed orders.
 #pragma unroll

@@ -2,7 +2,7 @@
 
 The chunked float64 reference runs with its four tile products, and the eight products autograd
 derives from them for the backward, replaced by products whose operands are first rounded to a
-tensor-core format: tf32 (11 significant bits), bf16 (8), or a split format where each operand is
+tensor-core format: tf32 (11 significant bits), bf16 (8), fp16 (11, with half's exponent range), or a split format where each operand is
 hi + lo in that format and the product is hi*hi + hi*lo + lo*hi (about twice the bits). Everything
 else stays float64, so the errors measured are those of the operand formats alone; the results
 are then cast to the contract's dtypes (bf16 outputs round as the kernel's do) and compared with
@@ -48,13 +48,22 @@ def operand_product(fmt: str):
         return torch.matmul
     split = fmt[-2:] if fmt[-2:] in ("x3", "2a", "2b") else ""
     base = fmt[:-2] if split == "x3" else fmt[:-3] if split else fmt
-    bits, rz = SIGNIFICANT_BITS[base], base.endswith("rz")
+    if base == "fp16":
+        # IEEE half: 11 significant bits like tf32, but 5 exponent bits (overflow to inf above
+        # 65504, gradual underflow below 6.1e-5), as ldmatrix-fed m16n8k16.f16 would see it.
+        def rnd(x):
+            return x.to(torch.float16).to(x.dtype)
+    else:
+        bits, rz = SIGNIFICANT_BITS[base], base.endswith("rz")
+
+        def rnd(x):
+            return round_to(x, bits, rz)
     if not split:
-        return lambda a, b: round_to(a, bits, rz) @ round_to(b, bits, rz)
+        return lambda a, b: rnd(a) @ rnd(b)
 
     def product(a, b):
-        ah, bh = round_to(a, bits, rz), round_to(b, bits, rz)
-        al, bl = round_to(a - ah, bits, rz), round_to(b - bh, bits, rz)
+        ah, bh = rnd(a), rnd(b)
+        al, bl = rnd(a - ah), rnd(b - bh)
         if split == "2a":
             return ah @ bh + al @ bh
         if split == "2b":

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -325,8 +326,12 @@ TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
   const std::vector<float> a = probe_operand(kPM * kPK, 7, false), b = probe_operand(kPK * kPN, 11, true);
   driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
   driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
-  for (const PlanesProbe& pr : kPlanesProbes) {
-    const LoadedKernel& k = load_kernel(test::planes_probe_source(), pr.name, test::kPlanesProbeSmem);
+  // Every probe in bf16 pairs, then the transposed one in fp16 (one plane, one m16n8k16 a piece).
+  std::vector<std::pair<const char*, bool>> timed;
+  for (const PlanesProbe& pr : kPlanesProbes) timed.emplace_back(pr.name, false);
+  timed.emplace_back("m3_planes_probe_at_bt", true);
+  for (const auto& [name, fp16] : timed) {
+    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), name, test::kPlanesProbeSmem);
     const auto seconds = [&](int reps) {
       void* args[] = {&da, &db, &dd, &reps};
       LaunchConfig cfg;
@@ -338,7 +343,8 @@ TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
     const int reps = 4096;
     const double ns = (seconds(reps) - seconds(0)) / reps * 1e9;
     const double tflops = 2.0 * kPM * kPN * kPK * ctas / (ns * 1e-9) / 1e12;
-    WARN(pr.name << ": " << ns << " ns a product per CTA pair (" << tflops << " TFLOP/s of fp32-equivalent products)");
+    WARN(name << (fp16 ? " (fp16)" : "") << ": " << ns << " ns a product per CTA pair (" << tflops
+              << " TFLOP/s of fp32-equivalent products)");
   }
   api.cuMemFree(da);
   api.cuMemFree(db);
@@ -422,7 +428,7 @@ std::vector<double> core_reference(const std::vector<float>& in) {
 
 }  // namespace
 
-TEST_CASE("the bf16-plane product core matches float64 on every output", "[gpu]") {
+TEST_CASE("the plane product core matches float64 on every output, in bf16 pairs and in fp16", "[gpu]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
@@ -437,36 +443,42 @@ TEST_CASE("the bf16-plane product core matches float64 on every output", "[gpu]"
   driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&dout, out.size() * 4), "cuMemAlloc");
   driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-  const LoadedKernel& k = load_kernel(test::planes_probe_source(), "m3_planes_core_probe", kCoreSmem);
-  int reps = 2;  // the second repetition restages over the first's planes
-  int products_only = 0;
-  void* args[] = {&din, &dout, &reps, &products_only};
-  LaunchConfig cfg;
-  cfg.block[0] = 256;
-  cfg.dynamic_smem = kCoreSmem;
-  k.launch(cfg, args);
-  driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
-  driver::check(api.cuMemcpyDtoH(out.data(), dout, out.size() * 4), "cuMemcpyDtoH");
-  // Bounds: dv keeps one plane of dy and of dS (about 2^-9 / sqrt(3) an element, averaged over its
-  // sums); every other output has both planes of each rounded operand (about 2^-16). A wrong
-  // fragment or plane gives O(1), a lo plane left out about 1e-3.
-  struct Part {
-    const char* name;
-    int n;
-    double bound;
-  };
-  const Part parts[] = {{"dqr", kCC * kCN, 1e-4}, {"dks", kCC * kCN, 1e-4}, {"dv", kCC * kCP, 1e-2},
-                        {"upd", kCP * kCN, 1e-4}, {"row_g", kCC, 1e-4},      {"col_g", kCC, 1e-4}};
-  int at = 0;
-  for (const auto& [name, n, bound] : parts) {
-    double num = 0, den = 0;
-    for (int i = at; i < at + n; ++i) {
-      num += (out[i] - ref[i]) * (out[i] - ref[i]);
-      den += ref[i] * ref[i];
+  for (const bool fp16 : {false, true}) {
+    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), "m3_planes_core_probe", kCoreSmem);
+    int reps = 2;  // the second repetition restages over the first's planes
+    int products_only = 0;
+    void* args[] = {&din, &dout, &reps, &products_only};
+    LaunchConfig cfg;
+    cfg.block[0] = 256;
+    cfg.dynamic_smem = kCoreSmem;
+    const std::vector<float> unwritten(out.size(), std::numeric_limits<float>::quiet_NaN());
+    driver::check(api.cuMemcpyHtoD(dout, unwritten.data(), out.size() * 4), "cuMemcpyHtoD");
+    k.launch(cfg, args);
+    driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+    driver::check(api.cuMemcpyDtoH(out.data(), dout, out.size() * 4), "cuMemcpyDtoH");
+    // Bounds. bf16 pairs: dv keeps one plane of dy and of dS (about 2^-9 / sqrt(3) an element,
+    // averaged over its sums); every other output has both planes of each rounded operand (about
+    // 2^-16). fp16: one plane everywhere, 2^-12 an element as tf32 rounded to nearest, a few 1e-4
+    // on a product. A wrong fragment or plane gives O(1), a bf16 lo plane left out about 1e-3.
+    struct Part {
+      const char* name;
+      int n;
+      double bound;
+    };
+    const double tight = fp16 ? 1e-3 : 1e-4, loose = fp16 ? 1e-3 : 1e-2;
+    const Part parts[] = {{"dqr", kCC * kCN, tight}, {"dks", kCC * kCN, tight}, {"dv", kCC * kCP, loose},
+                          {"upd", kCP * kCN, tight}, {"row_g", kCC, tight},      {"col_g", kCC, tight}};
+    int at = 0;
+    for (const auto& [name, n, bound] : parts) {
+      double num = 0, den = 0;
+      for (int i = at; i < at + n; ++i) {
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+      }
+      at += n;
+      INFO((fp16 ? "fp16 " : "bf16 pairs ") << name << ": rel-L2 " << std::sqrt(num / den));
+      CHECK(std::sqrt(num / den) < bound);
     }
-    at += n;
-    INFO(name << ": rel-L2 " << std::sqrt(num / den));
-    CHECK(std::sqrt(num / den) < bound);
   }
   api.cuMemFree(din);
   api.cuMemFree(dout);
@@ -487,22 +499,24 @@ TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
   driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * kCoreOut * 4), "cuMemAlloc");
   driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-  const LoadedKernel& k = load_kernel(test::planes_probe_source(), "m3_planes_core_probe", kCoreSmem);
-  const auto seconds = [&](int reps, int products_only) {
-    void* args[] = {&din, &dout, &reps, &products_only};
-    LaunchConfig cfg;
-    cfg.grid[0] = ctas;
-    cfg.block[0] = 256;
-    cfg.dynamic_smem = kCoreSmem;
-    return best_launch_seconds(k, cfg, args);
-  };
-  const int reps = 512;
-  for (int products_only : {0, 1}) {
-    const double us = (seconds(reps, products_only) - seconds(0, products_only)) / reps * 1e6;
-    WARN("m3_planes_core_probe: " << us << " us a job ("
+  for (const bool fp16 : {false, true}) {
+    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), "m3_planes_core_probe", kCoreSmem);
+    const auto seconds = [&](int reps, int products_only) {
+      void* args[] = {&din, &dout, &reps, &products_only};
+      LaunchConfig cfg;
+      cfg.grid[0] = ctas;
+      cfg.block[0] = 256;
+      cfg.dynamic_smem = kCoreSmem;
+      return best_launch_seconds(k, cfg, args);
+    };
+    const int reps = 512;
+    for (int products_only : {0, 1}) {
+      const double us = (seconds(reps, products_only) - seconds(0, products_only)) / reps * 1e6;
+      WARN("m3_planes_core_probe" << (fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << us << " us a job ("
                                   << (products_only ? "products and their stores, staged once"
                                                     : "staging from L2, products, outputs")
                                   << ") with two jobs an SM");
+    }
   }
   api.cuMemFree(din);
   api.cuMemFree(dout);
