@@ -10,7 +10,7 @@ the float64 truth, per tensor, with SPEC's rel-L2.
 
 The chunk is the kernel's (32 tokens by default). Runs on the CPU:
     python3 methods/precision_study.py [--cases c00,c06] [--formats tf32,bf16,bf16x3] [--chunk 32]
-        [--long 4096] [--json OUT]
+        [--long 4096] [--json OUT] [--ranges]
 A format may also be mix=F/F/F/F, one per product site: scores (qr ks^T), intra (M v), state
 (the chunk's state contribution) and inter (qr S^T), each with its two backward products. A site's
 F may be three formats F|G|H: its forward product a @ b, then the backward's g @ b^T and a^T @ g.
@@ -115,6 +115,37 @@ def site_matmul(fmt: str):
     return product
 
 
+def operand_ranges(case, chunk: int, ranges: dict) -> None:
+    """The largest |operand| each site's products see (forward a and b, the backward's incoming
+    gradient g), folded into `ranges`: how far from half's 65504 the fp16 format runs."""
+    def site(name):
+        def note(role, x):
+            ranges[(name, role)] = max(ranges.get((name, role), 0.0), x.abs().max().item())
+
+        class Watched(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                note("a", a)
+                note("b", b)
+                return a @ b
+
+            @staticmethod
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                note("g", g)
+                return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
+        return Watched.apply
+    per_site = [site(n) for n in SITES]
+    calls = [0]
+
+    def product(a, b):
+        mm = per_site[calls[0] % len(SITES)]
+        calls[0] += 1
+        return mm(a, b)
+    R.reference_fwd_vjp(*R.case_args(case), chunk=chunk, matmul=product)
+
+
 def study(case, fmt: str, chunk: int) -> dict:
     args = R.case_args(case)
     truth = R.reference_fwd_vjp(*args, chunk=64)  # agrees with the quadratic form to 1e-10
@@ -133,10 +164,18 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--long", type=int, default=0, help="also one sequence of this many tokens")
     ap.add_argument("--json", help="write the table here")
+    ap.add_argument("--ranges", action="store_true", help="print the largest |operand| of each site instead")
     opts = ap.parse_args(argv)
     cases = [(c["name"], R.make_case(c["seq_lens"], c["seed"])) for c in Hn.load_cases(name_filter=opts.cases)]
     if opts.long:
         cases.append((f"L={opts.long}", R.make_case([opts.long], seed=71)))
+    if opts.ranges:
+        ranges: dict = {}
+        for _, case in cases:
+            operand_ranges(case, opts.chunk, ranges)
+        for (name, role), top in sorted(ranges.items()):
+            print(f"{name:>7} {role}: max |x| {top:.3e}")
+        return 0
     formats = [f for f in opts.formats.split(",") if f]
     table = {}
     for name, case in cases:
