@@ -86,34 +86,75 @@ extern "C" __global__ void __launch_bounds__(256) m3_planes_probe_tf32_at_bt(con
   m3pl::probe_tf32_at_bt(a, b, d, reps);
 }
 
+#if M3_PLANES_FP16
+#include "m3_planes_core64.cuh"
+#endif
+
+namespace m3pl {
+
 // in: qr, ks (C x N), dy, v (C x P), st, ds (P x N), cl (C), contiguous in that order; out: per CTA
 // dqr, dks (C x N), dv (C x P), upd (P x N), row_g, col_g (C), contiguous in that order.
 // products_only != 0 stages once and repeats only the products and their stores (dS not restaged:
 // timing only), so that a job's time splits into its staging and its products.
-extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const float* in, float* out, int reps,
-                                                                         int products_only) {
-  using namespace m3pl;
+// The core of chunk C: its staging, then its mixing and products.
+template <int C>
+M3_DEV void core_stage(const CoreInputs& in, const CorePlanes& s) {
+  if constexpr (C == kCoreC) stage_core(in, s);
+#if M3_PLANES_FP16
+  else stage_core64(in, s);
+#endif
+}
+template <int C, bool kRestage>
+M3_DEV void core_all_products(const CoreInputs& in, const CorePlanes& s, const CoreOutputs& out) {
+  if constexpr (C == kCoreC) {
+    core_mixing(s, out);
+    core_products<kRestage>(in, s, out);
+  }
+#if M3_PLANES_FP16
+  else {
+    core64_mixing(s, out);
+    core64_products<kRestage>(in, s, out);
+  }
+#endif
+}
+
+template <int C>
+M3_DEV void probe_core(const float* in, float* out, int reps, int products_only) {
   extern __shared__ float4 probe_smem[];
   const CorePlanes s{reinterpret_cast<char*>(probe_smem)};
-  constexpr int CN = kCoreC * kCoreN, CP = kCoreC * kCoreP, PN = kCoreP * kCoreN;
+  constexpr int CN = C * kCoreN, CP = C * kCoreP, PN = kCoreP * kCoreN;
   const CoreInputs ci{in, in + CN, in + 2 * CN, in + 2 * CN + CP, in + 2 * CN + 2 * CP, in + 2 * CN + 2 * CP + PN,
                       in + 2 * CN + 2 * CP + 2 * PN};
-  float* o = out + static_cast<long long>(blockIdx.x) * (2 * CN + CP + PN + 2 * kCoreC);
-  const CoreOutputs co{o, o + CN, o + 2 * CN, o + 2 * CN + CP, o + 2 * CN + CP + PN, o + 2 * CN + CP + PN + kCoreC};
+  float* o = out + static_cast<long long>(blockIdx.x) * (2 * CN + CP + PN + 2 * C);
+  const CoreOutputs co{o, o + CN, o + 2 * CN, o + 2 * CN + CP, o + 2 * CN + CP + PN, o + 2 * CN + CP + PN + C};
   if (products_only) {
-    stage_core(ci, s);
+    core_stage<C>(ci, s);
     for (int rep = 0; rep < reps; ++rep) {
-      core_mixing(s, co);
-      core_products<false>(ci, s, co);
+      core_all_products<C, false>(ci, s, co);
       __syncthreads();
     }
     return;
   }
   for (int rep = 0; rep < reps; ++rep) {
-    stage_core(ci, s);
-    core_mixing(s, co);
-    core_products(ci, s, co);
+    core_stage<C>(ci, s);
+    core_all_products<C, true>(ci, s, co);
     __syncthreads();  // the next repetition's staging overwrites the planes
   }
 }
+
+}  // namespace m3pl
+
+extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core_probe(const float* in, float* out, int reps,
+                                                                         int products_only) {
+  m3pl::probe_core<m3pl::kCoreC>(in, out, reps, products_only);
+}
 static_assert(m3pl::CoreLayout::total == 105472, "tests/cpp/test_gpu.cpp's kCoreSmem is this layout's size");
+
+#if M3_PLANES_FP16
+// The chunk-64 core (fp16 planes only).
+extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core64_probe(const float* in, float* out, int reps,
+                                                                           int products_only) {
+  m3pl::probe_core<m3pl::kCore64C>(in, out, reps, products_only);
+}
+static_assert(m3pl::Core64Layout::total == 109824, "tests/cpp/test_gpu.cpp's kCore64Smem is this layout's size");
+#endif

@@ -354,81 +354,92 @@ TEST_CASE("plane products: time per product", "[.][gpu-timing]") {
 
 namespace {
 
-// The product core's inputs (kernel_src/m3_planes_core.cuh, m3_planes_core_probe's order) and its
-// outputs computed in float64.
-constexpr int kCC = 32, kCN = 128, kCP = 64;
-constexpr int kCoreIn = 2 * kCC * kCN + 2 * kCC * kCP + 2 * kCP * kCN + kCC;
-constexpr int kCoreOut = 2 * kCC * kCN + kCC * kCP + kCP * kCN + 2 * kCC;
-constexpr unsigned kCoreSmem = 105472;  // m3pl::CoreLayout::total
+// The product cores' inputs (kernel_src/m3_planes_core.cuh and m3_planes_core64.cuh, in the
+// probes' order) and their outputs computed in float64, for a chunk of C tokens.
+constexpr int kCN = 128, kCP = 64;
+constexpr int core_out_size(int C) { return 2 * C * kCN + C * kCP + kCP * kCN + 2 * C; }
+constexpr unsigned kCoreSmem = 105472;    // m3pl::CoreLayout::total
+constexpr unsigned kCore64Smem = 109824;  // m3pl::Core64Layout::total
 
-std::vector<float> core_inputs() {
+std::vector<float> core_inputs(int C) {
   std::vector<float> in;
   const auto append = [&](std::size_t n, unsigned seed, bool in_bf16) {
     const std::vector<float> x = probe_operand(n, seed, in_bf16);
     in.insert(in.end(), x.begin(), x.end());
   };
-  append(kCC * kCN, 3, false);   // qr
-  append(kCC * kCN, 5, false);   // ks
-  append(kCC * kCP, 7, false);   // dy
-  append(kCC * kCP, 9, true);    // v
+  append(C * kCN, 3, false);     // qr
+  append(C * kCN, 5, false);     // ks
+  append(C * kCP, 7, false);     // dy
+  append(C * kCP, 9, true);      // v
   append(kCP * kCN, 13, false);  // S
   append(kCP * kCN, 17, false);  // dS
   float cl = 0.f;
-  for (float a : probe_operand(kCC, 19, false)) in.push_back(cl -= 0.05f * (a + 1.f));  // decays in (0, 0.1]
+  for (float a : probe_operand(C, 19, false)) in.push_back(cl -= 0.05f * (a + 1.f));  // decays in (0, 0.1]
   return in;
 }
 
-std::vector<double> core_reference(const std::vector<float>& in) {
-  const float *qr = in.data(), *ks = qr + kCC * kCN, *dy = ks + kCC * kCN, *v = dy + kCC * kCP, *st = v + kCC * kCP,
+std::vector<double> core_reference(const std::vector<float>& in, int C) {
+  const float *qr = in.data(), *ks = qr + C * kCN, *dy = ks + C * kCN, *v = dy + C * kCP, *st = v + C * kCP,
               *ds = st + kCP * kCN, *cl = ds + kCP * kCN;
-  std::vector<double> out(kCoreOut, 0.0);
-  double *dqr = out.data(), *dks = dqr + kCC * kCN, *dv = dks + kCC * kCN, *upd = dv + kCC * kCP,
-         *row_g = upd + kCP * kCN, *col_g = row_g + kCC;
-  std::vector<double> mw(kCC * kCC, 0.0), dmw(kCC * kCC, 0.0), e(kCC), w(kCC);
-  for (int t = 0; t < kCC; ++t) {
+  std::vector<double> out(core_out_size(C), 0.0);
+  double *dqr = out.data(), *dks = dqr + C * kCN, *dv = dks + C * kCN, *upd = dv + C * kCP, *row_g = upd + kCP * kCN,
+         *col_g = row_g + C;
+  std::vector<double> mw(C * C, 0.0), dmw(C * C, 0.0), e(C), w(C);
+  for (int t = 0; t < C; ++t) {
     e[t] = std::exp(static_cast<double>(cl[t]));
-    w[t] = std::exp(static_cast<double>(cl[kCC - 1]) - cl[t]);
+    w[t] = std::exp(static_cast<double>(cl[C - 1]) - cl[t]);
   }
-  for (int t = 0; t < kCC; ++t)
+  for (int t = 0; t < C; ++t)
     for (int s = 0; s <= t; ++s) {
       double sc = 0, dm = 0;
       for (int n = 0; n < kCN; ++n) sc += static_cast<double>(qr[t * kCN + n]) * ks[s * kCN + n];
       for (int p = 0; p < kCP; ++p) dm += static_cast<double>(dy[t * kCP + p]) * v[s * kCP + p];
       const double wd = std::exp(static_cast<double>(cl[t]) - cl[s]);
-      mw[t * kCC + s] = wd * sc;
-      dmw[t * kCC + s] = wd * dm;
-      row_g[t] += dm * mw[t * kCC + s];
-      col_g[s] += dm * mw[t * kCC + s];
+      mw[t * C + s] = wd * sc;
+      dmw[t * C + s] = wd * dm;
+      row_g[t] += dm * mw[t * C + s];
+      col_g[s] += dm * mw[t * C + s];
     }
-  for (int t = 0; t < kCC; ++t)
+  for (int t = 0; t < C; ++t)
     for (int n = 0; n < kCN; ++n) {
       double intra = 0, inter = 0, kintra = 0, kstate = 0;
-      for (int s = 0; s < kCC; ++s) intra += dmw[t * kCC + s] * ks[s * kCN + n];
+      for (int s = 0; s < C; ++s) intra += dmw[t * C + s] * ks[s * kCN + n];
       for (int p = 0; p < kCP; ++p) inter += static_cast<double>(dy[t * kCP + p]) * st[p * kCN + n];
-      for (int u = 0; u < kCC; ++u) kintra += dmw[u * kCC + t] * qr[u * kCN + n];
+      for (int u = 0; u < C; ++u) kintra += dmw[u * C + t] * qr[u * kCN + n];
       for (int p = 0; p < kCP; ++p) kstate += static_cast<double>(v[t * kCP + p]) * ds[p * kCN + n];
       dqr[t * kCN + n] = intra + e[t] * inter;
       dks[t * kCN + n] = kintra + w[t] * kstate;
     }
-  for (int s = 0; s < kCC; ++s)
+  for (int s = 0; s < C; ++s)
     for (int p = 0; p < kCP; ++p) {
       double intra = 0, state = 0;
-      for (int t = 0; t < kCC; ++t) intra += mw[t * kCC + s] * dy[t * kCP + p];
+      for (int t = 0; t < C; ++t) intra += mw[t * C + s] * dy[t * kCP + p];
       for (int n = 0; n < kCN; ++n) state += static_cast<double>(ks[s * kCN + n]) * ds[p * kCN + n];
       dv[s * kCP + p] = intra + w[s] * state;
     }
   for (int p = 0; p < kCP; ++p)
     for (int n = 0; n < kCN; ++n) {
       double acc = 0;
-      for (int t = 0; t < kCC; ++t) acc += e[t] * dy[t * kCP + p] * qr[t * kCN + n];
+      for (int t = 0; t < C; ++t) acc += e[t] * dy[t * kCP + p] * qr[t * kCN + n];
       upd[p * kCN + n] = acc;
     }
   return out;
 }
 
+// The probes of the cores: chunk, format, kernel, shared memory.
+struct CoreProbe {
+  int chunk;
+  bool fp16;
+  const char* name;
+  unsigned smem;
+};
+constexpr CoreProbe kCoreProbes[] = {{32, false, "m3_planes_core_probe", kCoreSmem},
+                                     {32, true, "m3_planes_core_probe", kCoreSmem},
+                                     {64, true, "m3_planes_core64_probe", kCore64Smem}};
+
 }  // namespace
 
-TEST_CASE("the plane product core matches float64 on every output, in bf16 pairs and in fp16", "[gpu]") {
+TEST_CASE("the plane product cores match float64 on every output (bf16 pairs, fp16, fp16 at chunk 64)", "[gpu]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
@@ -436,26 +447,28 @@ TEST_CASE("the plane product core matches float64 on every output, in bf16 pairs
   const auto& api = driver::api();
   use_test_cache_dir();
   driver::ensure_context();  // the allocations below come before any load_kernel
-  const std::vector<float> in = core_inputs();
-  const std::vector<double> ref = core_reference(in);
-  std::vector<float> out(kCoreOut);
-  CUdeviceptr din = 0, dout = 0;
-  driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
-  driver::check(api.cuMemAlloc(&dout, out.size() * 4), "cuMemAlloc");
-  driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-  for (const bool fp16 : {false, true}) {
-    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), "m3_planes_core_probe", kCoreSmem);
+  for (const CoreProbe& pr : kCoreProbes) {
+    const int C = pr.chunk;
+    const std::vector<float> in = core_inputs(C);
+    const std::vector<double> ref = core_reference(in, C);
+    std::vector<float> out(core_out_size(C), std::numeric_limits<float>::quiet_NaN());  // NaN unless written
+    CUdeviceptr din = 0, dout = 0;
+    driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
+    driver::check(api.cuMemAlloc(&dout, out.size() * 4), "cuMemAlloc");
+    driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
+    driver::check(api.cuMemcpyHtoD(dout, out.data(), out.size() * 4), "cuMemcpyHtoD");
+    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16), pr.name, pr.smem);
     int reps = 2;  // the second repetition restages over the first's planes
     int products_only = 0;
     void* args[] = {&din, &dout, &reps, &products_only};
     LaunchConfig cfg;
     cfg.block[0] = 256;
-    cfg.dynamic_smem = kCoreSmem;
-    const std::vector<float> unwritten(out.size(), std::numeric_limits<float>::quiet_NaN());
-    driver::check(api.cuMemcpyHtoD(dout, unwritten.data(), out.size() * 4), "cuMemcpyHtoD");
+    cfg.dynamic_smem = pr.smem;
     k.launch(cfg, args);
     driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
     driver::check(api.cuMemcpyDtoH(out.data(), dout, out.size() * 4), "cuMemcpyDtoH");
+    api.cuMemFree(din);
+    api.cuMemFree(dout);
     // Bounds. bf16 pairs: dv keeps one plane of dy and of dS (about 2^-9 / sqrt(3) an element,
     // averaged over its sums); every other output has both planes of each rounded operand (about
     // 2^-16). fp16: one plane everywhere, 2^-12 an element as tf32 rounded to nearest, a few 1e-4
@@ -465,9 +478,9 @@ TEST_CASE("the plane product core matches float64 on every output, in bf16 pairs
       int n;
       double bound;
     };
-    const double tight = fp16 ? 1e-3 : 1e-4, loose = fp16 ? 1e-3 : 1e-2;
-    const Part parts[] = {{"dqr", kCC * kCN, tight}, {"dks", kCC * kCN, tight}, {"dv", kCC * kCP, loose},
-                          {"upd", kCP * kCN, tight}, {"row_g", kCC, tight},      {"col_g", kCC, tight}};
+    const double tight = pr.fp16 ? 1e-3 : 1e-4, loose = pr.fp16 ? 1e-3 : 1e-2;
+    const Part parts[] = {{"dqr", C * kCN, tight}, {"dks", C * kCN, tight}, {"dv", C * kCP, loose},
+                          {"upd", kCP * kCN, tight}, {"row_g", C, tight},     {"col_g", C, tight}};
     int at = 0;
     for (const auto& [name, n, bound] : parts) {
       double num = 0, den = 0;
@@ -476,12 +489,11 @@ TEST_CASE("the plane product core matches float64 on every output, in bf16 pairs
         den += ref[i] * ref[i];
       }
       at += n;
-      INFO((fp16 ? "fp16 " : "bf16 pairs ") << name << ": rel-L2 " << std::sqrt(num / den));
-      CHECK(std::sqrt(num / den) < bound);
+      const double err = std::sqrt(num / den);
+      INFO(pr.name << (pr.fp16 ? " (fp16) " : " (bf16 pairs) ") << name << ": rel-L2 " << err);
+      CHECK(err < bound);  // NaN fails too
     }
   }
-  api.cuMemFree(din);
-  api.cuMemFree(dout);
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }
 
@@ -494,31 +506,31 @@ TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
   use_test_cache_dir();
   driver::ensure_context();  // the allocations below come before any load_kernel
   const unsigned ctas = two_ctas_per_sm();
-  const std::vector<float> in = core_inputs();
-  CUdeviceptr din = 0, dout = 0;
-  driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
-  driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * kCoreOut * 4), "cuMemAlloc");
-  driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-  for (const bool fp16 : {false, true}) {
-    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), "m3_planes_core_probe", kCoreSmem);
+  for (const CoreProbe& pr : kCoreProbes) {
+    const std::vector<float> in = core_inputs(pr.chunk);
+    CUdeviceptr din = 0, dout = 0;
+    driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
+    driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * core_out_size(pr.chunk) * 4), "cuMemAlloc");
+    driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
+    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16), pr.name, pr.smem);
     const auto seconds = [&](int reps, int products_only) {
       void* args[] = {&din, &dout, &reps, &products_only};
       LaunchConfig cfg;
       cfg.grid[0] = ctas;
       cfg.block[0] = 256;
-      cfg.dynamic_smem = kCoreSmem;
+      cfg.dynamic_smem = pr.smem;
       return best_launch_seconds(k, cfg, args);
     };
     const int reps = 512;
     for (int products_only : {0, 1}) {
       const double us = (seconds(reps, products_only) - seconds(0, products_only)) / reps * 1e6;
-      WARN("m3_planes_core_probe" << (fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << us << " us a job ("
-                                  << (products_only ? "products and their stores, staged once"
-                                                    : "staging from L2, products, outputs")
-                                  << ") with two jobs an SM");
+      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << us << " us a job of " << pr.chunk
+                   << " tokens ("
+                   << (products_only ? "products and their stores, staged once" : "staging from L2, products, outputs")
+                   << ") with two jobs an SM");
     }
+    api.cuMemFree(din);
+    api.cuMemFree(dout);
   }
-  api.cuMemFree(din);
-  api.cuMemFree(dout);
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }
