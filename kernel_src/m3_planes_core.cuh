@@ -54,6 +54,12 @@ struct CorePlanes {
   M3_DEV float* f32(int offset) const { return reinterpret_cast<float*>(base + offset); }
 };
 
+// Timing ablations of the probes (results wrong): bit 0 keeps the outputs' stores from being
+// issued, bit 1 skips the mixing (scores, dM, G), bit 2 the state-sized products.
+#ifndef M3_CORE_ABLATE
+#define M3_CORE_ABLATE 0
+#endif
+
 // Product modes (SplitMode), overridable for the precision and timing comparisons of the probe.
 #ifndef M3_CORE_INTER_MODE
 #define M3_CORE_INTER_MODE kSplitBoth  // dqr's (e dy) S
@@ -283,7 +289,12 @@ M3_DEV void store_tiles(const TileT& a, const TileT* b, const float* row_scale, 
           x0 = fmaf(row_scale[r], b->acc[i][j][2 * h], x0);
           x1 = fmaf(row_scale[r], b->acc[i][j][2 * h + 1], x1);
         }
+#if M3_CORE_ABLATE & 1
+        // Timing only: the results computed, their stores (almost) never issued.
+        if (x0 == -1.25e-37f) *reinterpret_cast<float2*>(out + r * ld + c) = make_float2(x0, x1);
+#else
         *reinterpret_cast<float2*>(out + r * ld + c) = make_float2(x0, x1);
+#endif
       }
 }
 

@@ -106,14 +106,15 @@ M3_DEV void core_stage(const CoreInputs& in, const CorePlanes& s) {
 }
 template <int C, bool kRestage>
 M3_DEV void core_all_products(const CoreInputs& in, const CorePlanes& s, const CoreOutputs& out) {
+  constexpr bool kMixing = (M3_CORE_ABLATE & 2) == 0, kStateProducts = (M3_CORE_ABLATE & 4) == 0;
   if constexpr (C == kCoreC) {
-    core_mixing(s, out);
-    core_products<kRestage>(in, s, out);
+    if constexpr (kMixing) core_mixing(s, out);
+    if constexpr (kStateProducts) core_products<kRestage>(in, s, out);
   }
 #if M3_PLANES_FP16
   else {
-    core64_mixing(s, out);
-    core64_products<kRestage>(in, s, out);
+    if constexpr (kMixing) core64_mixing(s, out);
+    if constexpr (kStateProducts) core64_products<kRestage>(in, s, out);
   }
 #endif
 }

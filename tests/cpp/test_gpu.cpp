@@ -439,7 +439,7 @@ constexpr CoreProbe kCoreProbes[] = {{32, false, "m3_planes_core_probe", kCoreSm
 
 }  // namespace
 
-TEST_CASE("the plane product cores match float64 on every output (bf16 pairs, fp16, fp16 at chunk 64)", "[gpu]") {
+TEST_CASE("the plane product cores match float64 on every output: bf16 pairs and fp16 at chunks 32 and 64", "[gpu]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
@@ -497,40 +497,59 @@ TEST_CASE("the plane product cores match float64 on every output (bf16 pairs, fp
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }
 
+// Microseconds a job of a core probe takes with two CTAs an SM: the time of 512 repetitions less
+// that of none, per repetition.
+double core_job_us(const CoreProbe& pr, int ablate, int products_only) {
+  const auto& api = driver::api();
+  const unsigned ctas = two_ctas_per_sm();
+  const std::vector<float> in = core_inputs(pr.chunk);
+  CUdeviceptr din = 0, dout = 0;
+  driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
+  driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * core_out_size(pr.chunk) * 4), "cuMemAlloc");
+  driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
+  const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16, ablate), pr.name, pr.smem);
+  const auto seconds = [&](int reps) {
+    void* args[] = {&din, &dout, &reps, &products_only};
+    LaunchConfig cfg;
+    cfg.grid[0] = ctas;
+    cfg.block[0] = 256;
+    cfg.dynamic_smem = pr.smem;
+    return best_launch_seconds(k, cfg, args);
+  };
+  const int reps = 512;
+  const double us = (seconds(reps) - seconds(0)) / reps * 1e6;
+  api.cuMemFree(din);
+  api.cuMemFree(dout);
+  return us;
+}
+
 TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
   }
-  const auto& api = driver::api();
   use_test_cache_dir();
   driver::ensure_context();  // the allocations below come before any load_kernel
-  const unsigned ctas = two_ctas_per_sm();
-  for (const CoreProbe& pr : kCoreProbes) {
-    const std::vector<float> in = core_inputs(pr.chunk);
-    CUdeviceptr din = 0, dout = 0;
-    driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
-    driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * core_out_size(pr.chunk) * 4), "cuMemAlloc");
-    driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16), pr.name, pr.smem);
-    const auto seconds = [&](int reps, int products_only) {
-      void* args[] = {&din, &dout, &reps, &products_only};
-      LaunchConfig cfg;
-      cfg.grid[0] = ctas;
-      cfg.block[0] = 256;
-      cfg.dynamic_smem = pr.smem;
-      return best_launch_seconds(k, cfg, args);
-    };
-    const int reps = 512;
-    for (int products_only : {0, 1}) {
-      const double us = (seconds(reps, products_only) - seconds(0, products_only)) / reps * 1e6;
-      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << us << " us a job of " << pr.chunk
-                   << " tokens ("
+  for (const CoreProbe& pr : kCoreProbes)
+    for (int products_only : {0, 1})
+      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << core_job_us(pr, 0, products_only)
+                   << " us a job of " << pr.chunk << " tokens ("
                    << (products_only ? "products and their stores, staged once" : "staging from L2, products, outputs")
                    << ") with two jobs an SM");
-    }
-    api.cuMemFree(din);
-    api.cuMemFree(dout);
+  ::unsetenv("MAMBA3_JIT_CACHE_DIR");
+}
+
+TEST_CASE("plane product core: where the products' time goes", "[.][gpu-timing]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
   }
+  use_test_cache_dir();
+  driver::ensure_context();
+  const char* what[] = {"as built", "outputs not stored", "no mixing", "", "mixing alone"};
+  for (const CoreProbe& pr : {kCoreProbes[0], kCoreProbes[2]})
+    for (int ablate : {0, 1, 2, 4})
+      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ", products staged once, " << what[ablate] << ": "
+                   << core_job_us(pr, ablate, 1) << " us a job of " << pr.chunk << " tokens");
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }

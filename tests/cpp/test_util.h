@@ -62,13 +62,15 @@ inline KernelSource wgmma_probe_source(const std::string& arch = "sm_90a") {
 // The bf16-plane products' device check and timing (kernel_src/m3_planes_probe.cuh): d = reps * a b
 // for a 64 x 32 and b 32 x 128, 256 threads, under 48 KB of shared memory.
 constexpr unsigned kPlanesProbeSmem = 32 * 1024;
-// fp16: the planes in IEEE half, one plane a operand (M3_PLANES_FP16).
-inline KernelSource planes_probe_source(const std::string& arch = "sm_90a", bool fp16 = false) {
+// fp16: the planes in IEEE half, one plane an operand (M3_PLANES_FP16); ablate: the cores' timing
+// ablations (M3_CORE_ABLATE, results wrong).
+inline KernelSource planes_probe_source(const std::string& arch = "sm_90a", bool fp16 = false, int ablate = 0) {
   KernelSource s;
-  s.name = fp16 ? "planes_probe_fp16" : "planes_probe";
+  s.name = std::string(fp16 ? "planes_probe_fp16" : "planes_probe") + (ablate ? "_ablate" + std::to_string(ablate) : "");
   s.code = "#include \"m3_planes_probe.cuh\"\n";
   s.options = {"-DM3_LEAN_MMA=1", "-DM3_TF32_TRUNCATE=1"};  // the default kernels' tf32 operands
   if (fp16) s.options.push_back("-DM3_PLANES_FP16=1");
+  if (ablate) s.options.push_back("-DM3_CORE_ABLATE=" + std::to_string(ablate));
   s.arch = arch;
   return s;
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run 167 (thirty-ninth session): where the plane cores' products spend their time. Run 166 timed the
+# products alone (staged once) at 12.3 us a job for the bf16 chunk-32 core and 13.1 us a job of 64
+# tokens for the fp16 chunk-64 core, against about 3.3 us of tensor work at the probe's rate.
+# Timing ablations of the probes (M3_CORE_ABLATE, results wrong): the outputs computed but not
+# stored; the mixing (scores, dM, G) skipped; the mixing alone. Predictions, chunk-64 fp16 (bf16
+# chunk-32): not stored 10 to 11 us (10), no mixing about 10 (9), the mixing alone about 3 (3).
+# Carry ["scratch"] (scratch/shared: a copy of ../shared).
+set -uo pipefail
+t0=$(date +%s)
+export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
+MAMBA3_JIT_BUILD_DIR=/tmp/bt bash tools/build.sh -DMAMBA3_JIT_BUILD_TORCH=OFF > /tmp/build.log 2>&1
+echo "build rc=$? $(( $(date +%s)-t0 ))s"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+/tmp/bt/mamba3_jit_tests "the plane product cores match float64*" 2>&1 | tail -n 2
+for i in 1 2; do
+  /tmp/bt/mamba3_jit_tests "plane product core: where the products' time goes" 2>&1 | grep -E "us a job" \
+    | tee -a $OUT/timing.txt
+done
+echo "done $(( $(date +%s)-t0 ))s"
