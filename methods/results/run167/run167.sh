@@ -5,6 +5,13 @@
 # Timing ablations of the probes (M3_CORE_ABLATE, results wrong): the outputs computed but not
 # stored; the mixing (scores, dM, G) skipped; the mixing alone. Predictions, chunk-64 fp16 (bf16
 # chunk-32): not stored 10 to 11 us (10), no mixing about 10 (9), the mixing alone about 3 (3).
+# A second reading, written after run 166 and before this run: both fp16 cores write their outputs
+# at about the same aggregate rate (72 KB a job of 32 tokens at 7.8 us, 112 KB a job of 64 at 13.1,
+# 264 CTAs: 2.44 and 2.26 TB/s into L2), as if the stores set the time. If so, "not stored" takes
+# the chunk-64 fp16 core to 5 to 7 us and the bf16 chunk-32 core to 8 to 10 (its tensor work is
+# larger), and the stores are what a real job's design must cut (dq and dk partials, dv, the
+# state gradient handed on).
+# Not run in the thirty-ninth session: its device time ran out (written, waiting for a device).
 # Carry ["scratch"] (scratch/shared: a copy of ../shared).
 set -uo pipefail
 t0=$(date +%s)
