@@ -2,7 +2,8 @@
 
 The chunked float64 reference runs with its four tile products, and the eight products autograd
 derives from them for the backward, replaced by products whose operands are first rounded to a
-tensor-core format: tf32 (11 significant bits), bf16 (8), fp16 (11, with half's exponent range), or a split format where each operand is
+tensor-core format: tf32 (11 significant bits), bf16 (8), fp16 (11, with half's exponent range), fp16s
+(fp16 with a power-of-two scale per tile), or a split format where each operand is
 hi + lo in that format and the product is hi*hi + hi*lo + lo*hi (about twice the bits). Everything
 else stays float64, so the errors measured are those of the operand formats alone; the results
 are then cast to the contract's dtypes (bf16 outputs round as the kernel's do) and compared with
@@ -10,7 +11,7 @@ the float64 truth, per tensor, with SPEC's rel-L2.
 
 The chunk is the kernel's (32 tokens by default). Runs on the CPU:
     python3 methods/precision_study.py [--cases c00,c06] [--formats tf32,bf16,bf16x3] [--chunk 32]
-        [--long 4096] [--json OUT] [--ranges]
+        [--long 4096] [--json OUT] [--ranges] [--input-scale 1024]
 A format may also be mix=F/F/F/F, one per product site: scores (qr ks^T), intra (M v), state
 (the chunk's state contribution) and inter (qr S^T), each with its two backward products. A site's
 F may be three formats F|G|H: its forward product a @ b, then the backward's g @ b^T and a^T @ g.
@@ -53,6 +54,15 @@ def operand_product(fmt: str):
         # 65504, gradual underflow below 6.1e-5), as ldmatrix-fed m16n8k16.f16 would see it.
         def rnd(x):
             return x.to(torch.float16).to(x.dtype)
+    elif base == "fp16s":
+        # Half with a power-of-two scale per tile (the last two dimensions: one chunk's operand),
+        # chosen so that the tile's largest element lands in [2^14, 2^15): the guard a kernel on
+        # half planes would apply at staging. Exact scaling, so only the rounding to half remains.
+        def rnd(x):
+            amax = x.abs().amax(dim=(-2, -1), keepdim=True)
+            e = torch.where(amax > 0, torch.floor(torch.log2(amax)), torch.zeros_like(amax))
+            scale = torch.exp2(14 - e)
+            return (x * scale).to(torch.float16).to(x.dtype) / scale
     else:
         bits, rz = SIGNIFICANT_BITS[base], base.endswith("rz")
 
@@ -146,6 +156,17 @@ def operand_ranges(case, chunk: int, ranges: dict) -> None:
     R.reference_fwd_vjp(*R.case_args(case), chunk=chunk, matmul=product)
 
 
+# The inputs whose scale the model leaves free (q and k are RMS-normalised): --input-scale
+# multiplies them, to see which formats survive operands far larger than the generator's.
+UNBOUNDED_INPUTS = ("v", "dout", "dfinal_ssm", "dfinal_v")
+
+
+def scaled_case(case, factor: float) -> dict:
+    if factor == 1.0:
+        return case
+    return {n: (x * factor).to(x.dtype) if n in UNBOUNDED_INPUTS else x for n, x in case.items()}
+
+
 def study(case, fmt: str, chunk: int) -> dict:
     args = R.case_args(case)
     truth = R.reference_fwd_vjp(*args, chunk=64)  # agrees with the quadratic form to 1e-10
@@ -160,15 +181,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="c00,c06", help="visible cases by name (comma-separated)")
     ap.add_argument("--formats", default="fp64,tf32,tf32x3,bf16,bf16x3",
-                    help="comma-separated; fp64, tf32, tf32rz (toward zero), bf16, tf32x3, bf16x3 or mix=F/F/F/F")
+                    help="comma-separated; fp64, tf32, tf32rz (toward zero), bf16, fp16, fp16s, tf32x3, bf16x3 or mix=F/F/F/F")
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--long", type=int, default=0, help="also one sequence of this many tokens")
     ap.add_argument("--json", help="write the table here")
     ap.add_argument("--ranges", action="store_true", help="print the largest |operand| of each site instead")
+    ap.add_argument("--input-scale", type=float, default=1.0,
+                    help="multiply " + ", ".join(UNBOUNDED_INPUTS) + " by this (a power of two keeps them exact)")
     opts = ap.parse_args(argv)
     cases = [(c["name"], R.make_case(c["seq_lens"], c["seed"])) for c in Hn.load_cases(name_filter=opts.cases)]
     if opts.long:
         cases.append((f"L={opts.long}", R.make_case([opts.long], seed=71)))
+    cases = [(name, scaled_case(case, opts.input_scale)) for name, case in cases]
     if opts.ranges:
         ranges: dict = {}
         for _, case in cases:
@@ -182,7 +206,8 @@ def main(argv=None) -> int:
         for fmt in formats:
             errs = study(case, fmt, opts.chunk)
             table[f"{name}/{fmt}"] = errs
-            worst = sorted(errs.items(), key=lambda kv: -kv[1])[:4]
+            # A NaN error (a format that overflowed) sorts first.
+            worst = sorted(errs.items(), key=lambda kv: -kv[1] if kv[1] == kv[1] else -float("inf"))[:4]
             print(f"{name:>8} {fmt:>7}: " + ", ".join(f"{n} {e:.2e}" for n, e in worst), flush=True)
     if opts.json:
         Path(opts.json).write_text(json.dumps(table, indent=1))

@@ -301,6 +301,31 @@ def err_of(y, exact):
     return ((y - exact).norm() / exact.norm()).item()
 
 
+def test_precision_study_half_formats_and_their_range():
+    """fp16 rounds as IEEE half (tf32's 11 bits, half's range: inf past 65504); fp16s scales each
+    tile by a power of two first, so large operands keep the same relative error."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("precision_study", Hn.REPO / "methods" / "precision_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(2, 64, 128, generator=g, dtype=torch.float64)
+    b = torch.randn(2, 128, 32, generator=g, dtype=torch.float64)
+    exact = a @ b
+    half, scaled, tf32 = (study.operand_product(f) for f in ("fp16", "fp16s", "tf32"))
+    # Within the range, half rounds like tf32 (to nearest, 11 significant bits): the same error size.
+    assert 1e-4 < err_of(half(a, b), exact) < 1e-3
+    assert abs(err_of(half(a, b), exact) / err_of(tf32(a, b), exact) - 1.0) < 0.2
+    # Past half's range the plain format overflows and the scaled one does not notice.
+    big = a * 2.0 ** 20
+    assert not torch.isfinite(half(big, b)).all()
+    assert err_of(scaled(big, b), big @ b) < 1e-3
+    # Each tile (last two dimensions) gets its own scale: a tiny tile beside a huge one keeps its bits.
+    mixed = torch.stack([a[0] * 2.0 ** 20, a[1] * 2.0 ** -20])
+    prod = scaled(mixed, b)
+    assert err_of(prod[1], (mixed @ b)[1]) < 1e-3
+
+
 NCU_SOURCE_CSV = '''"File Path","/build/kernel_src/m3_common.cuh"
 "Line No","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_barrier","stall_long_sb (Not Issued)","Instructions Executed","L1 Wavefronts Shared Excessive","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"
 "10","a = b;","1,000","800","100","999","2,000","30","90","60"
