@@ -267,7 +267,7 @@ double best_launch_seconds(const LoadedKernel& k, const LaunchConfig& cfg, void*
 
 }  // namespace
 
-TEST_CASE("the bf16-plane products match float64 in every operand orientation", "[gpu]") {
+TEST_CASE("the plane products match float64 in every operand orientation in bf16 pairs and in half", "[gpu]") {
   if (!have_gpu()) {
     WARN("no GPU: skipped");
     return;
@@ -280,25 +280,27 @@ TEST_CASE("the bf16-plane products match float64 in every operand orientation", 
   driver::check(api.cuMemAlloc(&da, kPM * kPK * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&db, kPK * kPN * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&dd, d.size() * 4), "cuMemAlloc");
-  for (const PlanesProbe& pr : kPlanesProbes) {
-    const std::vector<float> a = probe_operand(kPM * kPK, 7, false), b = probe_operand(kPK * kPN, 11, pr.b_in_bf16);
-    driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
-    driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
-    const LoadedKernel& k = load_kernel(test::planes_probe_source(), pr.name, test::kPlanesProbeSmem);
-    for (int reps : {1, 3}) {
-      void* args[] = {&da, &db, &dd, &reps};
-      LaunchConfig cfg;
-      cfg.block[0] = 256;
-      cfg.dynamic_smem = test::kPlanesProbeSmem;
-      k.launch(cfg, args);
-      driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
-      driver::check(api.cuMemcpyDtoH(d.data(), dd, d.size() * 4), "cuMemcpyDtoH");
-      const double err = planes_probe_error(pr, a, b, d, reps);
-      INFO(pr.name << ", reps " << reps << ": rel-L2 " << err);
-      const bool tf32 = std::string(pr.name).find("tf32") != std::string::npos;
-      // Split planes: 2^-17 per operand and fp32 sums, about 1e-6; tf32 truncated: about 1e-3; a
-      // wrong fragment layout gives O(1).
-      CHECK(err < (tf32 ? 3e-3 : 2e-5));
+  for (const bool fp16 : {false, true}) {
+    for (const PlanesProbe& pr : kPlanesProbes) {
+      const std::vector<float> a = probe_operand(kPM * kPK, 7, false), b = probe_operand(kPK * kPN, 11, pr.b_in_bf16);
+      driver::check(api.cuMemcpyHtoD(da, a.data(), a.size() * 4), "cuMemcpyHtoD");
+      driver::check(api.cuMemcpyHtoD(db, b.data(), b.size() * 4), "cuMemcpyHtoD");
+      const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", fp16), pr.name, test::kPlanesProbeSmem);
+      for (int reps : {1, 3}) {
+        void* args[] = {&da, &db, &dd, &reps};
+        LaunchConfig cfg;
+        cfg.block[0] = 256;
+        cfg.dynamic_smem = test::kPlanesProbeSmem;
+        k.launch(cfg, args);
+        driver::check(api.cuCtxSynchronize(), "cuCtxSynchronize");
+        driver::check(api.cuMemcpyDtoH(d.data(), dd, d.size() * 4), "cuMemcpyDtoH");
+        const double err = planes_probe_error(pr, a, b, d, reps);
+        INFO(pr.name << (fp16 ? " (fp16)" : "") << ", reps " << reps << ": rel-L2 " << err);
+        const bool tf32 = std::string(pr.name).find("tf32") != std::string::npos;
+        // Split planes: 2^-17 per operand and fp32 sums, about 1e-6; one half plane (every mode):
+        // 2^-12 per operand, about 3e-4; tf32 truncated: about 1e-3; a wrong fragment layout gives O(1).
+        CHECK(err < (tf32 ? 3e-3 : fp16 ? 1e-3 : 2e-5));
+      }
     }
   }
   api.cuMemFree(da);

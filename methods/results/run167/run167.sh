@@ -19,7 +19,10 @@ export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
 MAMBA3_JIT_BUILD_DIR=/tmp/bt bash tools/build.sh -DMAMBA3_JIT_BUILD_TORCH=OFF > /tmp/build.log 2>&1
 echo "build rc=$? $(( $(date +%s)-t0 ))s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
+# Correctness first: the cores, and every operand orientation in half as well (new: predicted about
+# 3e-4 each, bound 1e-3).
 /tmp/bt/mamba3_jit_tests "the plane product cores match float64*" 2>&1 | tail -n 2
+/tmp/bt/mamba3_jit_tests "the plane products match float64*" -s 2>&1 | grep -E "fp16.*rel-L2|passed|failed" | head -14
 for i in 1 2; do
   /tmp/bt/mamba3_jit_tests "plane product core: where the products' time goes" 2>&1 | grep -E "us a job" \
     | tee -a $OUT/timing.txt
