@@ -274,9 +274,11 @@ M3_DEV void core_mixing(const CorePlanes& s, const CoreOutputs& out) {
   }
 }
 
-// out (rows x ld, row-major) = a + scale[row] * b for two tiles of one layout (b may be null).
+// out (rows x ld, row-major) = ka a + row_scale[row] kb b for two tiles of one layout (b may be
+// null; row_scale null reads as 1). ka and kb undo the operands' scales of half planes (1 otherwise).
 template <class TileT>
-M3_DEV void store_tiles(const TileT& a, const TileT* b, const float* row_scale, float* out, int ld) {
+M3_DEV void store_tiles(const TileT& a, const TileT* b, const float* row_scale, float* out, int ld, float ka = 1.f,
+                        float kb = 1.f) {
 #pragma unroll
   for (int i = 0; i < TileT::MT; ++i)
 #pragma unroll
@@ -284,10 +286,11 @@ M3_DEV void store_tiles(const TileT& a, const TileT* b, const float* row_scale, 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = a.m0 + 16 * i + a.g + 8 * h, c = a.n0 + 8 * j + 2 * a.t;
-        float x0 = a.acc[i][j][2 * h], x1 = a.acc[i][j][2 * h + 1];
+        float x0 = ka * a.acc[i][j][2 * h], x1 = ka * a.acc[i][j][2 * h + 1];
         if (b) {
-          x0 = fmaf(row_scale[r], b->acc[i][j][2 * h], x0);
-          x1 = fmaf(row_scale[r], b->acc[i][j][2 * h + 1], x1);
+          const float f = (row_scale ? row_scale[r] : 1.f) * kb;
+          x0 = fmaf(f, b->acc[i][j][2 * h], x0);
+          x1 = fmaf(f, b->acc[i][j][2 * h + 1], x1);
         }
 #if M3_CORE_ABLATE & 1
         // Timing only: the results computed, their stores (almost) never issued.

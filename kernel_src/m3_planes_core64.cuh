@@ -18,9 +18,21 @@
 #error "m3_planes_core64.cuh is laid out for one fp16 plane an operand (M3_PLANES_FP16=1)"
 #endif
 
+#ifndef M3_CORE64_SCALED
+#define M3_CORE64_SCALED 0
+#endif
+
 namespace m3pl {
 
 constexpr int kCore64C = 64;
+
+// Half's range guard (M3_CORE64_SCALED=1; the design note's "range guard for half planes"): every
+// tile staged or formed in half carries a power-of-two scale of its own, chosen from its largest
+// element, and each product's result is divided by its operands' scales at the store. Products
+// whose scales differ are then kept in separate accumulators: dqr and dks run as two column halves
+// of two tiles each, and w v is not staged (w is dks's row scale at the store, as for dv).
+constexpr bool kCore64Scaled = M3_CORE64_SCALED != 0;
+enum Core64Tile : int { kTileQr, kTileKs, kTileV, kTileDy, kTileS, kTileDs, kTileMw, kTileDmw, kCore64Tiles };
 
 // Byte offsets in the chunk-64 core's shared memory.
 struct Core64Layout {
@@ -33,7 +45,9 @@ struct Core64Layout {
   static constexpr int vec = dmw + kT;                       // fp32 cl, e, w
   static constexpr int row_part = vec + 3 * kCore64C * 4;    // fp32 [warp of a group][row]
   static constexpr int col_part = row_part + 4 * kCore64C * 4;  // fp32 [group][column]
-  static constexpr int total = col_part + 2 * kCore64C * 4;
+  static constexpr int red = col_part + 2 * kCore64C * 4;     // fp32 [tile][warp]: the warps' maxima
+  static constexpr int scales = red + kCore64Tiles * 8 * 4;  // fp32 [tile]
+  static constexpr int total = scales + kCore64Tiles * 4;
   // Two CTAs an SM: 228 KB less 1 KB reserved for each.
   static_assert(vec % 16 == 0 && 2 * (total + 1024) <= 228 * 1024, "two CTAs an SM");
 };
@@ -51,6 +65,50 @@ M3_DEV void put_rows_scaled(const RowsInFlight<ROWS, COLS>& x, const float (&sca
     put_split4<false>(make_float4(f * v.x, f * v.y, f * v.z, f * v.w), plane, nullptr,
                       at + i * RowsInFlight<ROWS, COLS>::kRowStep * kLd);
   }
+}
+
+// The largest |element| of a thread's share of a tile.
+template <int ROWS, int COLS>
+M3_DEV float rows_amax(const RowsInFlight<ROWS, COLS>& x) {
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < x.kCount; ++i)
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(x.x[i].x), fabsf(x.x[i].y)), fmaxf(fabsf(x.x[i].z), fabsf(x.x[i].w))));
+  return m;
+}
+
+// A warp's maximum of m into red[tile][warp]; the block's comes after the next barrier.
+M3_DEV void publish_amax(float m, const CorePlanes& s, int tile) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((core_tid() & 31) == 0) s.f32(Core64Layout::red)[tile * 8 + (core_tid() >> 5)] = m;
+}
+
+// After the barrier that follows publish_amax: the tile's scale, a power of two that puts its
+// largest element in [2^14, 2^15) (half overflows past 65504); 1 for a tile of zeros or one whose
+// maximum is not finite (NaN elements are skipped by fmaxf; an inf stays inf). Thread 0 keeps it
+// for the stores.
+M3_DEV float tile_scale(const CorePlanes& s, int tile) {
+  const float* red = s.f32(Core64Layout::red) + tile * 8;
+  float m = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) m = fmaxf(m, red[w]);
+  float scale = 1.f;
+  if (m > 0.f && m <= 3.4e38f) {
+    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m); subnormals -127
+    scale = __uint_as_float(static_cast<unsigned>(min(14 - e, 126) + 127) << 23);
+  }
+  if (core_tid() == 0) s.f32(Core64Layout::scales)[tile] = scale;
+  return scale;
+}
+
+// x's elements times one factor into a plane.
+template <int ROWS, int COLS>
+M3_DEV void put_rows_times(const RowsInFlight<ROWS, COLS>& x, float f, m3_bf16* plane) {
+  float each[RowsInFlight<ROWS, COLS>::kCount];
+#pragma unroll
+  for (int i = 0; i < x.kCount; ++i) each[i] = f;
+  put_rows_scaled(x, each, plane);
 }
 
 // Three rounds of loads: the decays of the thread's rows, then S, v and dy, then qr and ks. With the
@@ -80,16 +138,39 @@ M3_DEV void stage_core64(const CoreInputs& in, const CorePlanes& s) {
   st.load(in.st);
   v.load(in.v);
   dy.load(in.dy);
-  st.put<false>(s.at(L::state), nullptr);
-  v.put<false>(s.at(L::v), nullptr);
-  put_rows_scaled(v, w, s.at(L::wv));
-  dy.put<false>(s.at(L::dy), nullptr);
-  put_rows_scaled(dy, e, s.at(L::edy));
   RowsInFlight<kCore64C, kCoreN> qr, ks;
-  qr.load(in.qr);
-  ks.load(in.ks);
-  qr.put<false>(s.at(L::qr), nullptr);
-  ks.put<false>(s.at(L::ks), nullptr);
+  if constexpr (kCore64Scaled) {
+    // Each round's maxima meet across a barrier before its planes are written.
+    publish_amax(rows_amax(st), s, kTileS);
+    publish_amax(rows_amax(v), s, kTileV);
+    publish_amax(rows_amax(dy), s, kTileDy);
+    __syncthreads();
+    const float s_st = tile_scale(s, kTileS), s_v = tile_scale(s, kTileV), s_dy = tile_scale(s, kTileDy);
+    put_rows_times(st, s_st, s.at(L::state));
+    put_rows_times(v, s_v, s.at(L::v));
+    put_rows_times(dy, s_dy, s.at(L::dy));
+#pragma unroll
+    for (int i = 0; i < Rows64::kCount; ++i) e[i] *= s_dy;
+    put_rows_scaled(dy, e, s.at(L::edy));
+    qr.load(in.qr);
+    ks.load(in.ks);
+    publish_amax(rows_amax(qr), s, kTileQr);
+    publish_amax(rows_amax(ks), s, kTileKs);
+    __syncthreads();
+    put_rows_times(qr, tile_scale(s, kTileQr), s.at(L::qr));
+    put_rows_times(ks, tile_scale(s, kTileKs), s.at(L::ks));
+    if (core_tid() == 0) s.f32(L::scales)[kTileDs] = 1.f;  // until dS is staged over S
+  } else {
+    st.put<false>(s.at(L::state), nullptr);
+    v.put<false>(s.at(L::v), nullptr);
+    put_rows_scaled(v, w, s.at(L::wv));
+    dy.put<false>(s.at(L::dy), nullptr);
+    put_rows_scaled(dy, e, s.at(L::edy));
+    qr.load(in.qr);
+    ks.load(in.ks);
+    qr.put<false>(s.at(L::qr), nullptr);
+    ks.put<false>(s.at(L::ks), nullptr);
+  }
   __syncthreads();
 }
 
@@ -108,6 +189,14 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
   const float* cl = s.f32(L::vec);
   constexpr int kLd = L::T::kLd, MT = decltype(sc)::MT, NTL = decltype(sc)::NTL;
   float row[MT][2] = {}, col[NTL][2] = {};
+  // Scaled: the accumulators back to true values; Mw and dMW kept in them until their own scales
+  // are known.
+  float k_sc = 1.f, k_dm = 1.f, amax_mw = 0.f, amax_dmw = 0.f;
+  if constexpr (kCore64Scaled) {
+    const float* scales = s.f32(L::scales);
+    k_sc = 1.f / (scales[kTileQr] * scales[kTileKs]);
+    k_dm = 1.f / (scales[kTileDy] * scales[kTileV]);
+  }
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -119,18 +208,28 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float wd = c + e <= r ? __expf(cl[r] - cl[c + e]) : 0.f;
-          const float d = dm.acc[i][j][2 * h + e];
-          mw[e] = wd * sc.acc[i][j][2 * h + e];
+          const float d = k_dm * dm.acc[i][j][2 * h + e];
+          mw[e] = wd * (k_sc * sc.acc[i][j][2 * h + e]);
           dmw[e] = wd * d;
           const float gv = d * mw[e];
           row[i][h] += gv;
           col[j][e] += gv;
         }
-        unsigned hi, lo;
-        split_pair(mw[0], mw[1], hi, lo);
-        *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
-        split_pair(dmw[0], dmw[1], hi, lo);
-        *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+        if constexpr (kCore64Scaled) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            sc.acc[i][j][2 * h + e] = mw[e];
+            dm.acc[i][j][2 * h + e] = dmw[e];
+            amax_mw = fmaxf(amax_mw, fabsf(mw[e]));
+            amax_dmw = fmaxf(amax_dmw, fabsf(dmw[e]));
+          }
+        } else {
+          unsigned hi, lo;
+          split_pair(mw[0], mw[1], hi, lo);
+          *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
+          split_pair(dmw[0], dmw[1], hi, lo);
+          *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+        }
       }
   // Rows over the quad's lanes (t), columns over the eight row groups (g): fixed orders.
 #pragma unroll
@@ -160,11 +259,32 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) col_part[group * kCore64C + sc.n0 + 8 * j + 2 * sc.t + e] = col[j][e];
   }
+  if constexpr (kCore64Scaled) {
+    publish_amax(amax_mw, s, kTileMw);
+    publish_amax(amax_dmw, s, kTileDmw);
+  }
   __syncthreads();
   if (threadIdx.x < kCore64C) {
     const int i = threadIdx.x;
     out.row_g[i] = (row_part[i] + row_part[kCore64C + i]) + (row_part[2 * kCore64C + i] + row_part[3 * kCore64C + i]);
     out.col_g[i] = col_part[i] + col_part[kCore64C + i];
+  }
+  if constexpr (kCore64Scaled) {
+    const float s_mw = tile_scale(s, kTileMw), s_dmw = tile_scale(s, kTileDmw);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NTL; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r0 + sc.m0 + 16 * i + sc.g + 8 * h, c = sc.n0 + 8 * j + 2 * sc.t;
+          unsigned hi, lo;
+          split_pair(s_mw * sc.acc[i][j][2 * h], s_mw * sc.acc[i][j][2 * h + 1], hi, lo);
+          *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
+          split_pair(s_dmw * dm.acc[i][j][2 * h], s_dmw * dm.acc[i][j][2 * h + 1], hi, lo);
+          *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+        }
+    __syncthreads();  // the planes, before the products read them
   }
 }
 
@@ -174,8 +294,23 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
 template <bool kRestage = true>
 M3_DEV void core64_products(const CoreInputs& in, const CorePlanes& s, const CoreOutputs& out) {
   using L = Core64Layout;
-  constexpr int QLd = L::Q::kLd, TLd = L::T::kLd;
-  {
+  constexpr int QLd = L::Q::kLd, TLd = L::T::kLd, kHalf = kCoreN / 2;
+  const float* w = s.f32(L::vec) + 2 * kCore64C;
+  const float* sc = s.f32(L::scales);  // each written before a barrier this phase follows
+  // 1 / (the scales of a product's two operands); 1 unscaled.
+  const auto undo = [&](int a, int b) { return kCore64Scaled ? 1.f / (sc[a] * sc[b]) : 1.f; };
+  if constexpr (kCore64Scaled) {
+    // dMW ks and (e dy) S carry different scales: two tiles a column half.
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      PlaneTile<kCore64C, kHalf> intra, inter;
+      intra.template mac<kCore64C, false, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::ks) + h * kHalf, nullptr,
+                                                        QLd);
+      inter.template mac<kCoreP, false, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::state) + h * kHalf, nullptr,
+                                                      QLd);
+      store_tiles(intra, &inter, nullptr, out.dqr + h * kHalf, kCoreN, undo(kTileDmw, kTileKs), undo(kTileDy, kTileS));
+    }
+  } else {
     PlaneTile<kCore64C, kCoreN> dqr;
     dqr.template mac<kCore64C, false, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::ks), nullptr, QLd);
     dqr.template mac<kCoreP, false, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::state), nullptr, QLd);
@@ -184,25 +319,44 @@ M3_DEV void core64_products(const CoreInputs& in, const CorePlanes& s, const Cor
   {
     PlaneTile<kCoreP, kCoreN> upd;
     upd.template mac<kCore64C, true, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::qr), nullptr, QLd);
-    store_tiles(upd, static_cast<const decltype(upd)*>(nullptr), nullptr, out.upd, kCoreN);
+    store_tiles(upd, static_cast<const decltype(upd)*>(nullptr), nullptr, out.upd, kCoreN, undo(kTileDy, kTileQr));
   }
   RowsInFlight<kCoreP, kCoreN> ds;
-  if constexpr (kRestage) ds.load(in.ds);  // travelling while the slowest warp finishes U
-  __syncthreads();                         // every warp is done with S
-  if constexpr (kRestage) ds.put<false>(s.at(L::state), nullptr);
+  if constexpr (kRestage) {
+    ds.load(in.ds);  // travelling while the slowest warp finishes U
+    if constexpr (kCore64Scaled) publish_amax(rows_amax(ds), s, kTileDs);
+  }
+  __syncthreads();  // every warp is done with S
+  if constexpr (kRestage) {
+    if constexpr (kCore64Scaled) {
+      put_rows_times(ds, tile_scale(s, kTileDs), s.at(L::state));
+    } else {
+      ds.put<false>(s.at(L::state), nullptr);
+    }
+  }
   __syncthreads();
-  {
+  if constexpr (kCore64Scaled) {
+    // dMW^T qr and v dS likewise; w is the state part's row scale at the store.
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      PlaneTile<kCore64C, kHalf> intra, state;
+      intra.template mac<kCore64C, true, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::qr) + h * kHalf, nullptr,
+                                                       QLd);
+      state.template mac<kCoreP, false, true, kPlain>(s.at(L::v), nullptr, TLd, s.at(L::state) + h * kHalf, nullptr,
+                                                      QLd);
+      store_tiles(intra, &state, w, out.dks + h * kHalf, kCoreN, undo(kTileDmw, kTileQr), undo(kTileV, kTileDs));
+    }
+  } else {
     PlaneTile<kCore64C, kCoreN> dks;
     dks.template mac<kCore64C, true, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::qr), nullptr, QLd);
     dks.template mac<kCoreP, false, true, kPlain>(s.at(L::wv), nullptr, TLd, s.at(L::state), nullptr, QLd);
     store_tiles(dks, static_cast<const decltype(dks)*>(nullptr), nullptr, out.dks, kCoreN);
   }
   {
-    const float* w = s.f32(L::vec) + 2 * kCore64C;
     PlaneTile<kCore64C, kCoreP> intra, state;
     intra.template mac<kCore64C, true, true, kPlain>(s.at(L::mw), nullptr, TLd, s.at(L::dy), nullptr, TLd);
     state.template mac<kCoreN, false, false, kPlain>(s.at(L::ks), nullptr, QLd, s.at(L::state), nullptr, QLd);
-    store_tiles(intra, &state, w, out.dv, kCoreP);
+    store_tiles(intra, &state, w, out.dv, kCoreP, undo(kTileMw, kTileDy), undo(kTileKs, kTileDs));
   }
 }
 

@@ -157,5 +157,5 @@ extern "C" __global__ void __launch_bounds__(256, 2) m3_planes_core64_probe(cons
                                                                            int products_only) {
   m3pl::probe_core<m3pl::kCore64C>(in, out, reps, products_only);
 }
-static_assert(m3pl::Core64Layout::total == 109824, "tests/cpp/test_gpu.cpp's kCore64Smem is this layout's size");
+static_assert(m3pl::Core64Layout::total == 110112, "tests/cpp/test_gpu.cpp's kCore64Smem is this layout's size");
 #endif

@@ -361,7 +361,7 @@ namespace {
 constexpr int kCN = 128, kCP = 64;
 constexpr int core_out_size(int C) { return 2 * C * kCN + C * kCP + kCP * kCN + 2 * C; }
 constexpr unsigned kCoreSmem = 105472;    // m3pl::CoreLayout::total
-constexpr unsigned kCore64Smem = 109824;  // m3pl::Core64Layout::total
+constexpr unsigned kCore64Smem = 110112;  // m3pl::Core64Layout::total
 
 std::vector<float> core_inputs(int C) {
   std::vector<float> in;
@@ -428,16 +428,26 @@ std::vector<double> core_reference(const std::vector<float>& in, int C) {
   return out;
 }
 
-// The probes of the cores: chunk, format, kernel, shared memory.
+// The probes of the cores: chunk, format, kernel, shared memory, range guard.
 struct CoreProbe {
   int chunk;
   bool fp16;
   const char* name;
   unsigned smem;
+  bool scaled = false;
 };
 constexpr CoreProbe kCoreProbes[] = {{32, false, "m3_planes_core_probe", kCoreSmem},
                                      {32, true, "m3_planes_core_probe", kCoreSmem},
-                                     {64, true, "m3_planes_core64_probe", kCore64Smem}};
+                                     {64, true, "m3_planes_core64_probe", kCore64Smem},
+                                     {64, true, "m3_planes_core64_probe", kCore64Smem, true}};
+
+const char* core_format(const CoreProbe& pr) { return pr.scaled ? " (fp16, scaled)" : pr.fp16 ? " (fp16)" : " (bf16 pairs)"; }
+
+// The inputs whose scale is free (v, dy, S, dS) times a power of two (v stays exact in bf16).
+void scale_free_inputs(std::vector<float>& in, int C, float factor) {
+  const std::size_t cn = std::size_t(C) * kCN, cp = std::size_t(C) * kCP, pn = std::size_t(kCP) * kCN;
+  for (std::size_t i = 2 * cn; i < 2 * cn + 2 * cp + 2 * pn; ++i) in[i] *= factor;
+}
 
 }  // namespace
 
@@ -449,9 +459,20 @@ TEST_CASE("the plane product cores match float64 on every output: bf16 pairs and
   const auto& api = driver::api();
   use_test_cache_dir();
   driver::ensure_context();  // the allocations below come before any load_kernel
-  for (const CoreProbe& pr : kCoreProbes) {
+  // Each core at the generator's scale; the chunk-64 half cores also with v, dy, S and dS 2^16 times
+  // larger, where the guarded one must stay as exact and the plain one must overflow (half's 65504).
+  struct Run {
+    const CoreProbe& pr;
+    float input_scale;
+    bool must_pass;
+  };
+  const Run runs[] = {{kCoreProbes[0], 1.f, true},     {kCoreProbes[1], 1.f, true},
+                      {kCoreProbes[2], 1.f, true},     {kCoreProbes[3], 1.f, true},
+                      {kCoreProbes[2], 65536.f, false}, {kCoreProbes[3], 65536.f, true}};
+  for (const auto& [pr, input_scale, must_pass] : runs) {
     const int C = pr.chunk;
-    const std::vector<float> in = core_inputs(C);
+    std::vector<float> in = core_inputs(C);
+    scale_free_inputs(in, C, input_scale);
     const std::vector<double> ref = core_reference(in, C);
     std::vector<float> out(core_out_size(C), std::numeric_limits<float>::quiet_NaN());  // NaN unless written
     CUdeviceptr din = 0, dout = 0;
@@ -459,7 +480,8 @@ TEST_CASE("the plane product cores match float64 on every output: bf16 pairs and
     driver::check(api.cuMemAlloc(&dout, out.size() * 4), "cuMemAlloc");
     driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
     driver::check(api.cuMemcpyHtoD(dout, out.data(), out.size() * 4), "cuMemcpyHtoD");
-    const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16), pr.name, pr.smem);
+    const LoadedKernel& k =
+        load_kernel(test::planes_probe_source("sm_90a", pr.fp16, 0, pr.scaled), pr.name, pr.smem);
     int reps = 2;  // the second repetition restages over the first's planes
     int products_only = 0;
     void* args[] = {&din, &dout, &reps, &products_only};
@@ -484,6 +506,7 @@ TEST_CASE("the plane product cores match float64 on every output: bf16 pairs and
     const Part parts[] = {{"dqr", C * kCN, tight}, {"dks", C * kCN, tight}, {"dv", C * kCP, loose},
                           {"upd", kCP * kCN, tight}, {"row_g", C, tight},     {"col_g", C, tight}};
     int at = 0;
+    bool all_within = true;
     for (const auto& [name, n, bound] : parts) {
       double num = 0, den = 0;
       for (int i = at; i < at + n; ++i) {
@@ -492,8 +515,13 @@ TEST_CASE("the plane product cores match float64 on every output: bf16 pairs and
       }
       at += n;
       const double err = std::sqrt(num / den);
-      INFO(pr.name << (pr.fp16 ? " (fp16) " : " (bf16 pairs) ") << name << ": rel-L2 " << err);
-      CHECK(err < bound);  // NaN fails too
+      INFO(pr.name << core_format(pr) << ", inputs x" << input_scale << ", " << name << ": rel-L2 " << err);
+      if (must_pass) CHECK(err < bound);  // NaN fails too
+      all_within = all_within && err < bound;
+    }
+    if (!must_pass) {
+      INFO(pr.name << core_format(pr) << ", inputs x" << input_scale << ": plain half must overflow somewhere");
+      CHECK_FALSE(all_within);
     }
   }
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
@@ -509,7 +537,7 @@ double core_job_us(const CoreProbe& pr, int ablate, int products_only) {
   driver::check(api.cuMemAlloc(&din, in.size() * 4), "cuMemAlloc");
   driver::check(api.cuMemAlloc(&dout, std::size_t{ctas} * core_out_size(pr.chunk) * 4), "cuMemAlloc");
   driver::check(api.cuMemcpyHtoD(din, in.data(), in.size() * 4), "cuMemcpyHtoD");
-  const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16, ablate), pr.name, pr.smem);
+  const LoadedKernel& k = load_kernel(test::planes_probe_source("sm_90a", pr.fp16, ablate, pr.scaled), pr.name, pr.smem);
   const auto seconds = [&](int reps) {
     void* args[] = {&din, &dout, &reps, &products_only};
     LaunchConfig cfg;
@@ -534,7 +562,7 @@ TEST_CASE("plane product core: time per job", "[.][gpu-timing]") {
   driver::ensure_context();  // the allocations below come before any load_kernel
   for (const CoreProbe& pr : kCoreProbes)
     for (int products_only : {0, 1})
-      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ": " << core_job_us(pr, 0, products_only)
+      WARN(pr.name << core_format(pr) << ": " << core_job_us(pr, 0, products_only)
                    << " us a job of " << pr.chunk << " tokens ("
                    << (products_only ? "products and their stores, staged once" : "staging from L2, products, outputs")
                    << ") with two jobs an SM");
@@ -551,7 +579,7 @@ TEST_CASE("plane product core: where the products' time goes", "[.][gpu-timing]"
   const char* what[] = {"as built", "outputs not stored", "no mixing", "", "mixing alone"};
   for (const CoreProbe& pr : {kCoreProbes[0], kCoreProbes[2]})
     for (int ablate : {0, 1, 2, 4})
-      WARN(pr.name << (pr.fp16 ? " (fp16)" : " (bf16 pairs)") << ", products staged once, " << what[ablate] << ": "
+      WARN(pr.name << core_format(pr) << ", products staged once, " << what[ablate] << ": "
                    << core_job_us(pr, ablate, 1) << " us a job of " << pr.chunk << " tokens");
   ::unsetenv("MAMBA3_JIT_CACHE_DIR");
 }

@@ -70,6 +70,8 @@ TEST_CASE("the bf16-plane products and their probe compile", "[nvrtc]") {
   // In IEEE half, one plane an operand; and with every timing ablation of the cores at once.
   CHECK(compile_with_nvrtc(test::planes_probe_source("sm_90a", true)).cubin.compare(0, 4, "\x7f" "ELF") == 0);
   CHECK(compile_with_nvrtc(test::planes_probe_source("sm_90a", true, 7)).cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  // The chunk-64 core with its range guard.
+  CHECK(compile_with_nvrtc(test::planes_probe_source("sm_90a", true, 0, true)).cubin.compare(0, 4, "\x7f" "ELF") == 0);
 }
 
 TEST_CASE("the wgmma tile product compiles for sm_90a and is refused, with NVRTC's log, for sm_90", "[nvrtc]") {

@@ -63,14 +63,18 @@ inline KernelSource wgmma_probe_source(const std::string& arch = "sm_90a") {
 // for a 64 x 32 and b 32 x 128, 256 threads, under 48 KB of shared memory.
 constexpr unsigned kPlanesProbeSmem = 32 * 1024;
 // fp16: the planes in IEEE half, one plane an operand (M3_PLANES_FP16); ablate: the cores' timing
-// ablations (M3_CORE_ABLATE, results wrong).
-inline KernelSource planes_probe_source(const std::string& arch = "sm_90a", bool fp16 = false, int ablate = 0) {
+// ablations (M3_CORE_ABLATE, results wrong); scaled: the chunk-64 core's range guard
+// (M3_CORE64_SCALED: a power-of-two scale a tile).
+inline KernelSource planes_probe_source(const std::string& arch = "sm_90a", bool fp16 = false, int ablate = 0,
+                                        bool scaled = false) {
   KernelSource s;
-  s.name = std::string(fp16 ? "planes_probe_fp16" : "planes_probe") + (ablate ? "_ablate" + std::to_string(ablate) : "");
+  s.name = std::string(fp16 ? "planes_probe_fp16" : "planes_probe") + (ablate ? "_ablate" + std::to_string(ablate) : "") +
+           (scaled ? "_scaled" : "");
   s.code = "#include \"m3_planes_probe.cuh\"\n";
   s.options = {"-DM3_LEAN_MMA=1", "-DM3_TF32_TRUNCATE=1"};  // the default kernels' tf32 operands
   if (fp16) s.options.push_back("-DM3_PLANES_FP16=1");
   if (ablate) s.options.push_back("-DM3_CORE_ABLATE=" + std::to_string(ablate));
+  if (scaled) s.options.push_back("-DM3_CORE64_SCALED=1");
   s.arch = arch;
   return s;
 }
