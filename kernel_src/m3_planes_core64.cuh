@@ -112,7 +112,9 @@ M3_DEV void put_rows_times(const RowsInFlight<ROWS, COLS>& x, float f, m3_bf16* 
 }
 
 // Three rounds of loads: the decays of the thread's rows, then S, v and dy, then qr and ks. With the
-// decays' loads and exponentials among the 16 float4 of the second round, 172 bytes spilled.
+// decays' loads and exponentials among the 16 float4 of the second round, 172 bytes spilled. Under
+// the range guard each of the last two rounds waits at a barrier for its tiles' maxima before it
+// writes its planes.
 M3_DEV void stage_core64(const CoreInputs& in, const CorePlanes& s) {
   using L = Core64Layout;
   using Rows64 = RowsInFlight<kCore64C, kCoreP>;
