@@ -191,6 +191,14 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
   const float* cl = s.f32(L::vec);
   constexpr int kLd = L::T::kLd, MT = decltype(sc)::MT, NTL = decltype(sc)::NTL;
   float row[MT][2] = {}, col[NTL][2] = {};
+  // Two adjacent values of Mw and of dMW, each times its plane's scale, into their planes.
+  const auto put_mixing_pairs = [&](int r, int c, float mw0, float mw1, float dmw0, float dmw1) {
+    unsigned hi, lo;
+    split_pair(mw0, mw1, hi, lo);
+    *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
+    split_pair(dmw0, dmw1, hi, lo);
+    *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+  };
   // Scaled: the accumulators back to true values; Mw and dMW kept in them until their own scales
   // are known.
   float k_sc = 1.f, k_dm = 1.f, amax_mw = 0.f, amax_dmw = 0.f;
@@ -226,11 +234,7 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
             amax_dmw = fmaxf(amax_dmw, fabsf(dmw[e]));
           }
         } else {
-          unsigned hi, lo;
-          split_pair(mw[0], mw[1], hi, lo);
-          *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
-          split_pair(dmw[0], dmw[1], hi, lo);
-          *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+          put_mixing_pairs(r, c, mw[0], mw[1], dmw[0], dmw[1]);
         }
       }
   // Rows over the quad's lanes (t), columns over the eight row groups (g): fixed orders.
@@ -280,13 +284,38 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = r0 + sc.m0 + 16 * i + sc.g + 8 * h, c = sc.n0 + 8 * j + 2 * sc.t;
-          unsigned hi, lo;
-          split_pair(s_mw * sc.acc[i][j][2 * h], s_mw * sc.acc[i][j][2 * h + 1], hi, lo);
-          *reinterpret_cast<unsigned*>(s.at(L::mw) + r * kLd + c) = hi;
-          split_pair(s_dmw * dm.acc[i][j][2 * h], s_dmw * dm.acc[i][j][2 * h + 1], hi, lo);
-          *reinterpret_cast<unsigned*>(s.at(L::dmw) + r * kLd + c) = hi;
+          put_mixing_pairs(r, c, s_mw * sc.acc[i][j][2 * h], s_mw * sc.acc[i][j][2 * h + 1],
+                           s_dmw * dm.acc[i][j][2 * h], s_dmw * dm.acc[i][j][2 * h + 1]);
         }
     __syncthreads();  // the planes, before the products read them
+  }
+}
+
+// out (64 x 128) = k1 (A1 B1) + row_scale k2 (A2 S), for dqr (dMW ks + (e dy) S) and dks
+// (dMW^T qr + (w v) dS): A1 a 64 x 64 plane (transposed under kA1Trans), B1 a 64 x 128 plane read
+// [k][n], A2 a 64 x 64 plane, S the state plane. Unscaled, both products share one tile (k1, k2 1,
+// row_scale null: w is already in w v); scaled, their scales differ, so each gets its own tile, a
+// column half at a time (32 accumulators a thread, not 64).
+template <bool kA1Trans>
+M3_DEV void core64_two_products(const CorePlanes& s, int a1, int b1, int a2, const float* row_scale, float* out,
+                                float k1, float k2) {
+  using L = Core64Layout;
+  constexpr int QLd = L::Q::kLd, TLd = L::T::kLd, kHalf = kCoreN / 2;
+  if constexpr (kCore64Scaled) {
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      PlaneTile<kCore64C, kHalf> first, second;
+      first.template mac<kCore64C, kA1Trans, true, kPlain>(s.at(a1), nullptr, TLd, s.at(b1) + h * kHalf, nullptr,
+                                                          QLd);
+      second.template mac<kCoreP, false, true, kPlain>(s.at(a2), nullptr, TLd, s.at(L::state) + h * kHalf, nullptr,
+                                                       QLd);
+      store_tiles(first, &second, row_scale, out + h * kHalf, kCoreN, k1, k2);
+    }
+  } else {
+    PlaneTile<kCore64C, kCoreN> both;
+    both.template mac<kCore64C, kA1Trans, true, kPlain>(s.at(a1), nullptr, TLd, s.at(b1), nullptr, QLd);
+    both.template mac<kCoreP, false, true, kPlain>(s.at(a2), nullptr, TLd, s.at(L::state), nullptr, QLd);
+    store_tiles(both, static_cast<const decltype(both)*>(nullptr), nullptr, out, kCoreN);
   }
 }
 
@@ -296,28 +325,13 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
 template <bool kRestage = true>
 M3_DEV void core64_products(const CoreInputs& in, const CorePlanes& s, const CoreOutputs& out) {
   using L = Core64Layout;
-  constexpr int QLd = L::Q::kLd, TLd = L::T::kLd, kHalf = kCoreN / 2;
+  constexpr int QLd = L::Q::kLd, TLd = L::T::kLd;
   const float* w = s.f32(L::vec) + 2 * kCore64C;
   const float* sc = s.f32(L::scales);  // each written before a barrier this phase follows
   // 1 / (the scales of a product's two operands); 1 unscaled.
   const auto undo = [&](int a, int b) { return kCore64Scaled ? 1.f / (sc[a] * sc[b]) : 1.f; };
-  if constexpr (kCore64Scaled) {
-    // dMW ks and (e dy) S carry different scales: two tiles a column half.
-#pragma unroll 1
-    for (int h = 0; h < 2; ++h) {
-      PlaneTile<kCore64C, kHalf> intra, inter;
-      intra.template mac<kCore64C, false, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::ks) + h * kHalf, nullptr,
-                                                        QLd);
-      inter.template mac<kCoreP, false, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::state) + h * kHalf, nullptr,
-                                                      QLd);
-      store_tiles(intra, &inter, nullptr, out.dqr + h * kHalf, kCoreN, undo(kTileDmw, kTileKs), undo(kTileDy, kTileS));
-    }
-  } else {
-    PlaneTile<kCore64C, kCoreN> dqr;
-    dqr.template mac<kCore64C, false, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::ks), nullptr, QLd);
-    dqr.template mac<kCoreP, false, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::state), nullptr, QLd);
-    store_tiles(dqr, static_cast<const decltype(dqr)*>(nullptr), nullptr, out.dqr, kCoreN);
-  }
+  core64_two_products<false>(s, L::dmw, L::ks, L::edy, nullptr, out.dqr, undo(kTileDmw, kTileKs),
+                             undo(kTileDy, kTileS));
   {
     PlaneTile<kCoreP, kCoreN> upd;
     upd.template mac<kCore64C, true, true, kPlain>(s.at(L::edy), nullptr, TLd, s.at(L::qr), nullptr, QLd);
@@ -337,23 +351,9 @@ M3_DEV void core64_products(const CoreInputs& in, const CorePlanes& s, const Cor
     }
   }
   __syncthreads();
-  if constexpr (kCore64Scaled) {
-    // dMW^T qr and v dS likewise; w is the state part's row scale at the store.
-#pragma unroll 1
-    for (int h = 0; h < 2; ++h) {
-      PlaneTile<kCore64C, kHalf> intra, state;
-      intra.template mac<kCore64C, true, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::qr) + h * kHalf, nullptr,
-                                                       QLd);
-      state.template mac<kCoreP, false, true, kPlain>(s.at(L::v), nullptr, TLd, s.at(L::state) + h * kHalf, nullptr,
-                                                      QLd);
-      store_tiles(intra, &state, w, out.dks + h * kHalf, kCoreN, undo(kTileDmw, kTileQr), undo(kTileV, kTileDs));
-    }
-  } else {
-    PlaneTile<kCore64C, kCoreN> dks;
-    dks.template mac<kCore64C, true, true, kPlain>(s.at(L::dmw), nullptr, TLd, s.at(L::qr), nullptr, QLd);
-    dks.template mac<kCoreP, false, true, kPlain>(s.at(L::wv), nullptr, TLd, s.at(L::state), nullptr, QLd);
-    store_tiles(dks, static_cast<const decltype(dks)*>(nullptr), nullptr, out.dks, kCoreN);
-  }
+  // Scaled, w is the state part's row scale at the store; unscaled, it is in the plane w v.
+  core64_two_products<true>(s, L::dmw, L::qr, kCore64Scaled ? L::v : L::wv, kCore64Scaled ? w : nullptr, out.dks,
+                            undo(kTileDmw, kTileQr), undo(kTileV, kTileDs));
   {
     PlaneTile<kCore64C, kCoreP> intra, state;
     intra.template mac<kCore64C, true, true, kPlain>(s.at(L::mw), nullptr, TLd, s.at(L::dy), nullptr, TLd);
