@@ -108,6 +108,17 @@ def rounded_matmul(fmt: str):
 SITES = ("scores", "intra", "state", "inter")
 
 
+def by_site(per_site):
+    """A matmul that hands the reference's calls to per_site[0..3] in the order of SITES, cycling."""
+    calls = [0]
+
+    def product(a, b):
+        mm = per_site[calls[0] % len(SITES)]
+        calls[0] += 1
+        return mm(a, b)
+    return product
+
+
 def site_matmul(fmt: str):
     """One format for every product, or "mix=F/F/F/F": one per site of SITES (each site's two
     backward products use its format too)."""
@@ -116,13 +127,7 @@ def site_matmul(fmt: str):
     per_site = [rounded_matmul(f) for f in fmt[4:].split("/")]
     if len(per_site) != len(SITES):
         raise ValueError(f"{fmt}: expected one format for each of {SITES}")
-    calls = [0]
-
-    def product(a, b):
-        mm = per_site[calls[0] % len(SITES)]
-        calls[0] += 1
-        return mm(a, b)
-    return product
+    return by_site(per_site)
 
 
 def operand_ranges(case, chunk: int, ranges: dict) -> None:
@@ -146,14 +151,7 @@ def operand_ranges(case, chunk: int, ranges: dict) -> None:
                 note("g", g)
                 return g @ b.transpose(-1, -2), a.transpose(-1, -2) @ g
         return Watched.apply
-    per_site = [site(n) for n in SITES]
-    calls = [0]
-
-    def product(a, b):
-        mm = per_site[calls[0] % len(SITES)]
-        calls[0] += 1
-        return mm(a, b)
-    R.reference_fwd_vjp(*R.case_args(case), chunk=chunk, matmul=product)
+    R.reference_fwd_vjp(*R.case_args(case), chunk=chunk, matmul=by_site([site(n) for n in SITES]))
 
 
 # The inputs whose scale the model leaves free (q and k are RMS-normalised): --input-scale
