@@ -255,6 +255,22 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
 #if M3_CP_GUESSED_TICKET && (!M3_CP_RICH_SCHEDULE || M3_CP_PERSISTENT || M3_CP_HEAD_CLUSTERS)
 #error "M3_CP_GUESSED_TICKET is wired into the one-job kernels with the rich schedule"
 #endif
+// M3_CP_HALF_STATES (v252): the chunk-64 forward hands the backward its entering states in IEEE
+// half, 16 KB a state instead of 32 (155 MB of c01's 310 MB of state traffic through HBM: run 128
+// put the forward's state stores at 40 us of its 208). Each warp's 16 x 64 block carries a power of
+// two of its own that puts its largest element in [2^14, 2^15) (the range guard of the planes' core:
+// any input scale), whose inverse sits after the halves in the slot's second 16 KB. The backward
+// widens them into its fp32 copy of the state as it stages it; everything after is as before. In
+// half a state keeps 11 significant bits where the backward's tf32 products used 10 of its fp32 bits
+// (truncated); a float64 model of the whole backward with the states so rounded
+// (methods/results/half_states/model.txt) moved no gradient's error beyond its noise.
+#ifndef M3_CP_HALF_STATES
+#define M3_CP_HALF_STATES 0
+#endif
+#if M3_CP_HALF_STATES && (!M3_CP_FORWARD64 || !M3_CP_F64_STAGED_STATES || !M3_CP_SMEM_STATE || M3_CP_SWIZZLE_FOLD || \
+                          M3_CP_PREFETCH || !M3_CP_GLOBAL_STATES)
+#error "M3_CP_HALF_STATES is built on v246: the chunk-64 forward's staged state stores and the backward's shared copy"
+#endif
 #if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK || \
      M3_CP_F64_NEIGHBOUR_PREFETCH) && \
     !M3_CP_FORWARD64

@@ -1645,6 +1645,35 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 }
 #endif
 
+#if M3_CP_HALF_STATES
+// Where backward_prepare puts a thread's chunks of the half state: at its own columns c + 4 .. c + 7
+// of the fp32 copy, or at c .. c + 3 for threads with bit 2 set, its scales at the other four.
+// Eight consecutive threads' 16-byte slots then cover all 32 banks (with one choice for all, two
+// threads met on each bank: twice the wavefronts).
+M3_DEV int half_state_slot(int tid) { return 4 * (((tid >> 2) & 1) ^ 1); }
+
+// The thread's four chunks of the half state (and their blocks' inverse scales), as backward_prepare
+// placed them, widened into the fp32 copy in place. Exact: a half times a power of two.
+M3_DEV void widen_half_state(Smem& s) {
+  const int tid = M3_TID();
+  const int r0 = tid / (N / 8), c = 8 * (tid % (N / 8)), hs = half_state_slot(tid);
+  const float4 inv4 = *reinterpret_cast<const float4*>(s.t1 + M3_SS(r0, c + 4 - hs));
+  const float inv[4] = {inv4.x, inv4.y, inv4.z, inv4.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int r = r0 + 16 * q;
+    const uint4 h = *reinterpret_cast<const uint4*>(s.t1 + M3_SS(r, c + hs));
+    const float f = inv[q];
+    const float2 x0 = h2f_pair(h.x), x1 = h2f_pair(h.y), x2 = h2f_pair(h.z), x3 = h2f_pair(h.w);
+    const float4 lo = make_float4(f * x0.x, f * x0.y, f * x1.x, f * x1.y);  // columns c .. c + 3
+    const float4 hi = make_float4(f * x2.x, f * x2.y, f * x3.x, f * x3.y);
+    // Each store, like each load, meets all 32 banks across eight threads.
+    *reinterpret_cast<float4*>(s.t1 + M3_SS(r, c + hs)) = hs ? hi : lo;
+    *reinterpret_cast<float4*>(s.t1 + M3_SS(r, c + 4 - hs)) = hs ? lo : hi;
+  }
+}
+#endif
+
 // Everything of a backward chunk that the state gradient does not enter: the chunk's inputs
 // (load_chunk, with the angle sum entering it), the state entering it (`saved`; nullptr: zero),
 // dy and the mixing matrix.
@@ -1657,6 +1686,31 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
                     !M3_CP_QUAD_COLUMNS && L.t2 == L.t1 + C * LDT && 2 * C * LDT >= P * N,
                 "the state's copy goes over t1 and t2 in v135's backward");
   // Its chunks arrive while the chunk is staged; build_mixing's barrier below publishes them.
+#if M3_CP_HALF_STATES
+  // v252: the state in half. Each 16-byte chunk (eight columns) lands in the place of four of its
+  // own columns in the fp32 copy, the thread's four blocks' inverse scales in the place of the other
+  // four of its first chunk (half_state_slot): widen_half_state, after this thread's wait, reads
+  // only the thread's own slots and fills them, so the copy needs no barrier of its own.
+  {
+    const int r0 = tid / (N / 8), c = 8 * (tid % (N / 8)), hs = half_state_slot(tid);
+    static_assert(NT % (N / 8) == 0 && NT / (N / 8) == 16 && P * N / 8 / NT == 4, "four 16-row blocks a thread");
+    const unsigned short* halves = reinterpret_cast<const unsigned short*>(saved);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int r = r0 + 16 * q;
+      if (saved) {
+        cp_async16(s.t1 + M3_SS(r, c + hs), halves + r * N + c);
+      } else {
+        *reinterpret_cast<float4*>(s.t1 + M3_SS(r, c + hs)) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+    if (saved) {
+      cp_async16(s.t1 + M3_SS(r0, c + 4 - hs), saved + P * N / 2 + 4 * (c / 64));
+    } else {
+      *reinterpret_cast<float4*>(s.t1 + M3_SS(r0, c + 4 - hs)) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+#else
 #pragma unroll
   for (int q = 0; q < P * N / 4 / NT; ++q) {
     // M3_CP_SMEM_STATE=2 (v150): each quarter-warp's eight chunks land in eight consecutive shared
@@ -1685,6 +1739,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
     }
 #endif
   }
+#endif  // M3_CP_HALF_STATES
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 #if M3_CP_TRIMS
@@ -1758,6 +1813,9 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
 #else
 #if M3_CP_SMEM_STATE
   asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+#if M3_CP_HALF_STATES
+  widen_half_state(s);
 #endif
   build_mixing<M3_LDMATRIX != 0>(s, len);  // ends with a barrier, which also covers st and dy
 #endif

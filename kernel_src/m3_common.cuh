@@ -59,6 +59,20 @@ M3_DEV unsigned f2bf_pair(float lo, float hi) {
 #endif
 }
 
+// IEEE half pairs (M3_CP_HALF_STATES, v252: the entering states the forward hands the backward):
+// lo in the low 16 bits, rounded to nearest even; and back, exactly.
+M3_DEV unsigned f2h_pair(float lo, float hi) {
+  unsigned u;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+  return u;
+}
+M3_DEV float2 h2f_pair(unsigned u) {
+  float lo, hi;
+  asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+      : "=f"(lo), "=f"(hi) : "r"(u));
+  return make_float2(lo, hi);
+}
+
 // dq and dk of one token, four columns: its H per-head partials (rows of QUADS float4 each, from
 // dqh and dkh, read through L2: other CTAs of the running kernel wrote them) summed in head order
 // h = 0, 1, ..., packed to bf16: the fused backward's (M3_CP_FUSED_HEADS) copy of

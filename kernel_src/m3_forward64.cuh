@@ -542,6 +542,52 @@ M3_DEV void store_state_rows_staged(const float (&z)[32], float* out, const Smem
 }
 #endif
 
+#if M3_CP_HALF_STATES
+// The same rows in half (v252), times a scale of the warp's own: its 16 rows by 64 columns are one
+// block of the state, whose inverse scale goes after the halves, to float P N / 2 + 4 wg + wq of
+// the slot (the four blocks of a column half side by side, as one backward thread reads them).
+M3_DEV void store_state_rows_half(const float (&z)[32], float* out, const Smem64& s, int wg, int wq, int g, int i) {
+  const int lane = threadIdx.x & 31;
+  float m = 0.f;
+#pragma unroll
+  for (int x = 0; x < 32; ++x) m = fmaxf(m, fabsf(z[x]));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  // A power of two: scaling and unscaling are exact. 1 for a block of zeros or a non-finite one.
+  float scale = 1.f, inverse = 1.f;
+  if (m > 0.f && m <= 3.4e38f) {
+    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;
+    const int k = max(min(14 - e, 126), -126);
+    scale = __uint_as_float(static_cast<unsigned>(k + 127) << 23);
+    inverse = __uint_as_float(static_cast<unsigned>(127 - k) << 23);
+  }
+  if (lane == 0) out[P * N / 2 + 4 * wg + wq] = inverse;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int p = 16 * wq + g + 8 * hh;
+    float* row = state_stage_row(s, wg, p);
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb) {
+      *reinterpret_cast<float2*>(row + 4 * state_stage_chunk(p, 2 * jb + (i >> 1)) + 2 * (i & 1)) =
+          make_float2(z[4 * jb + 2 * hh], z[4 * jb + 2 * hh + 1]);
+    }
+  }
+  __syncwarp();
+  unsigned* halves = reinterpret_cast<unsigned*>(out);  // two halves a word, row-major
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int p = 16 * wq + 4 * it + 2 * (lane >> 4) + ((lane >> 2) & 1), b = 4 * ((lane >> 3) & 1) + (lane & 3);
+    const float* row = state_stage_row(s, wg, p);
+    const float4 x = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b));
+    const float4 y = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b + 1));
+    *reinterpret_cast<uint4*>(halves + (p * N + 64 * wg + 8 * b) / 2) =
+        make_uint4(f2h_pair(scale * x.x, scale * x.z), f2h_pair(scale * y.x, scale * y.z),
+                   f2h_pair(scale * x.y, scale * x.w), f2h_pair(scale * y.y, scale * y.w));
+  }
+  __syncwarp();
+}
+#endif
+
 // wgmma's register operand (w v)^T, or v^T without weights, for the four k-steps of tokens
 // first .. first + 31: f[k] = rows p0, p0 + 8 at tokens first + 8 k + i and + 4.
 M3_DEV void v_fragments(const Smem64& s, const float* w, float (&f)[4][4], int p0, int i, int first) {
@@ -674,7 +720,15 @@ M3_DEV void forward64_job(const M3Params& p, const Smem64& s, const Job64& job) 
   } else {
     __syncthreads();
   }
-#if M3_CP_F64_STAGED_STATES
+#if M3_CP_HALF_STATES
+  // The final state is a result, in fp32; the states handed on are half.
+  if (last) {
+    store_state_rows_staged(u1, p.final_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N, s, wg, wq, g, i);
+  } else {
+    store_state_rows_half(u1, p.ws_states + slot2 * P * N, s, wg, wq, g, i);
+  }
+  if (second) store_state_rows_half(u0, p.ws_states + slot1 * P * N, s, wg, wq, g, i);
+#elif M3_CP_F64_STAGED_STATES
   store_state_rows_staged(u1, last ? p.final_ssm + (static_cast<long long>(job.seq) * H + job.h) * P * N
                                    : p.ws_states + slot2 * P * N,
                           s, wg, wq, g, i);
