@@ -271,6 +271,20 @@ enum : int { kJobWords = M3_CP_RICH_SCHEDULE ? 7 : 4, kScheduleInts = M3_CP_RICH
                           M3_CP_PREFETCH || !M3_CP_GLOBAL_STATES)
 #error "M3_CP_HALF_STATES is built on v246: the chunk-64 forward's staged state stores and the backward's shared copy"
 #endif
+// M3_CP_HALF_PARTIALS (v254): the backward's per-head dq and dk rows (ws_dqh, ws_dkh: 152 MB written
+// and read back through HBM on c01, the largest workspace traffic after the states) in IEEE half,
+// each row of N times a power of two of its own (the 16 lanes that hold it agree on it by four
+// shuffles), whose inverse the reduce applies as it sums the heads (M3_REDUCE_HALF_PARTIALS). The
+// bias sums keep the fp32 rows. A term's relative rounding is 2^-12 where the bf16 results' is
+// 2^-9: the float64 model of the backward moves dq and dk by less than its noise
+// (methods/results/half_states/partials.txt).
+#ifndef M3_CP_HALF_PARTIALS
+#define M3_CP_HALF_PARTIALS 0
+#endif
+#if M3_CP_HALF_PARTIALS && (!M3_CP_OVERLAPPED_REDUCE || M3_CP_HEAD_CLUSTERS || M3_CP_FUSED_HEADS || \
+                            M3_CP_INLINE_HEAD_SUMS || M3_CP_BACKWARD64 || !M3_VECTOR_IO)
+#error "M3_CP_HALF_PARTIALS is built on v246's epilogue and its chunk-ready reduce"
+#endif
 #if (M3_CP_F64_STAGED_STATES || M3_CP_F64_EARLY_LOADS || M3_CP_F64_LEAN_INDEX || M3_CP_F64_SWAPPED_QK || \
      M3_CP_F64_NEIGHBOUR_PREFETCH) && \
     !M3_CP_FORWARD64

@@ -449,6 +449,28 @@ M3_DEV void store_f32x8(float* dst, const float (&f)[8]) {
   *reinterpret_cast<float4*>(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+#if M3_CP_HALF_PARTIALS
+// v254: one octet of a per-head dq or dk row (row = token * H + head, of N columns) into the
+// partials in half, the row's 16 octets held by the 16 lanes of a half-warp (`tid & 16` tells which):
+// their maximum sets the row's power of two (half_block_scale), whose inverse goes to float
+// rows * N / 2 + row, after the halves. The whole half-warp calls it, or none of it.
+M3_DEV void store_half_octet(float* ws, long long rows, long long row, int o, int tid, const float (&f)[8]) {
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(f[j]));
+  const unsigned group = 0xffffu << (tid & 16);
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(group, m, off));
+  float scale, inverse;
+  half_block_scale(m, scale, inverse);
+  unsigned* halves = reinterpret_cast<unsigned*>(ws);
+  *reinterpret_cast<uint4*>(halves + (row * N + 8 * o) / 2) =
+      make_uint4(f2h_pair(scale * f[0], scale * f[1]), f2h_pair(scale * f[2], scale * f[3]),
+                 f2h_pair(scale * f[4], scale * f[5]), f2h_pair(scale * f[6], scale * f[7]));
+  if (o == 0) ws[rows * N / 2 + row] = inverse;
+}
+#endif
+
 #if M3_CP_SWIZZLED_HALVES
 // Eight consecutive octets o of a shared row (a quarter-warp's 16-byte accesses) start 32 bytes
 // apart, so each of store_f32x8's two accesses puts octets o and o + 4 on the same four banks:
@@ -2293,6 +2315,12 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         store_f32x8(s.t2 + M3_T_ROW(t) + 8 * o, dqh);
         store_f32x8(s.kr + M3_QK_ROW(t) + 8 * o, dkh);
 #else
+#if M3_CP_HALF_PARTIALS
+        // live is the same for the row's 16 lanes (one token): they call it together.
+        const long long row = static_cast<long long>(tg) * H + sh.h, rows = static_cast<long long>(p.T) * H;
+        store_half_octet(p.ws_dqh, rows, row, o, tid, dqh);
+        store_half_octet(p.ws_dkh, rows, row, o, tid, dkh);
+#else
         const long long base = (static_cast<long long>(tg) * H + sh.h) * N + 8 * o;
 #if !M3_CP_BACKWARD64Q
         store_f32x8(p.ws_dqh + base, dqh);
@@ -2301,6 +2329,7 @@ M3_DEV void backward_token_epilogue(const M3Params& p, const SeqHead& sh, Smem& 
         store_f32x8(p.ws_dkh + base, dkh);
 #endif
         (void)base;
+#endif
 #endif
       }
 #if M3_CP_TRIMS

@@ -66,6 +66,19 @@ M3_DEV unsigned f2h_pair(float lo, float hi) {
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
   return u;
 }
+// The range guard of everything handed on in half (v252's states, v254's partials): the power of two
+// that puts m, the largest |element| of a block, in [2^14, 2^15), and its inverse; 1 for a block of
+// zeros or one whose maximum is not finite (fmaxf skips NaN elements; an inf stays inf). Exact to
+// apply and to undo.
+M3_DEV void half_block_scale(float m, float& scale, float& inverse) {
+  scale = inverse = 1.f;
+  if (m > 0.f && m <= 3.4e38f) {
+    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m); subnormals -127
+    const int k = max(min(14 - e, 126), -126);
+    scale = __uint_as_float(static_cast<unsigned>(k + 127) << 23);
+    inverse = __uint_as_float(static_cast<unsigned>(127 - k) << 23);
+  }
+}
 M3_DEV float2 h2f_pair(unsigned u) {
   float lo, hi;
   asm("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"

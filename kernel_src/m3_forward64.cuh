@@ -514,7 +514,11 @@ M3_DEV float* state_stage_row(const Smem64& s, int wg, int p) {
 }
 M3_DEV int state_stage_chunk(int p, int c) { return c ^ ((2 * (p & 3)) | (p & 1)); }
 
-M3_DEV void store_state_rows_staged(const float (&z)[32], float* out, const Smem64& s, int wg, int wq, int g, int i) {
+// The warp's 16 x 64 block through the tile: put(p, b, x, y) stores row p's columns 64 wg + 8 b ..
+// + 7 from the two 16-byte chunks read back (x the block's first, y its second; positions 2 j and
+// 2 j + 1 of each hold columns j and j + 4 of the four it covers).
+template <typename Put>
+M3_DEV void stage_state_block(const float (&z)[32], const Smem64& s, int wg, int wq, int g, int i, Put put) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -533,12 +537,18 @@ M3_DEV void store_state_rows_staged(const float (&z)[32], float* out, const Smem
     const float* row = state_stage_row(s, wg, p);
     const float4 x = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b));
     const float4 y = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b + 1));
+    put(p, b, x, y);
+  }
+  __syncwarp();  // the rows read before the next state goes over them
+}
+
+M3_DEV void store_state_rows_staged(const float (&z)[32], float* out, const Smem64& s, int wg, int wq, int g, int i) {
+  stage_state_block(z, s, wg, wq, g, i, [&](int p, int b, float4 x, float4 y) {
     // Positions 2 j and 2 j + 1 of a block hold columns j and j + 4.
     float* dst = out + p * N + 64 * wg + 8 * b;
     *reinterpret_cast<float4*>(dst) = make_float4(x.x, x.z, y.x, y.z);
     *reinterpret_cast<float4*>(dst + 4) = make_float4(x.y, x.w, y.y, y.w);
-  }
-  __syncwarp();  // the rows read before the next state goes over them
+  });
 }
 #endif
 
@@ -553,38 +563,15 @@ M3_DEV void store_state_rows_half(const float (&z)[32], float* out, const Smem64
   for (int x = 0; x < 32; ++x) m = fmaxf(m, fabsf(z[x]));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  // A power of two: scaling and unscaling are exact. 1 for a block of zeros or a non-finite one.
-  float scale = 1.f, inverse = 1.f;
-  if (m > 0.f && m <= 3.4e38f) {
-    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;
-    const int k = max(min(14 - e, 126), -126);
-    scale = __uint_as_float(static_cast<unsigned>(k + 127) << 23);
-    inverse = __uint_as_float(static_cast<unsigned>(127 - k) << 23);
-  }
+  float scale, inverse;
+  half_block_scale(m, scale, inverse);
   if (lane == 0) out[P * N / 2 + 4 * wg + wq] = inverse;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int p = 16 * wq + g + 8 * hh;
-    float* row = state_stage_row(s, wg, p);
-#pragma unroll
-    for (int jb = 0; jb < 8; ++jb) {
-      *reinterpret_cast<float2*>(row + 4 * state_stage_chunk(p, 2 * jb + (i >> 1)) + 2 * (i & 1)) =
-          make_float2(z[4 * jb + 2 * hh], z[4 * jb + 2 * hh + 1]);
-    }
-  }
-  __syncwarp();
   unsigned* halves = reinterpret_cast<unsigned*>(out);  // two halves a word, row-major
-#pragma unroll
-  for (int it = 0; it < 4; ++it) {
-    const int p = 16 * wq + 4 * it + 2 * (lane >> 4) + ((lane >> 2) & 1), b = 4 * ((lane >> 3) & 1) + (lane & 3);
-    const float* row = state_stage_row(s, wg, p);
-    const float4 x = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b));
-    const float4 y = *reinterpret_cast<const float4*>(row + 4 * state_stage_chunk(p, 2 * b + 1));
+  stage_state_block(z, s, wg, wq, g, i, [&](int p, int b, float4 x, float4 y) {
     *reinterpret_cast<uint4*>(halves + (p * N + 64 * wg + 8 * b) / 2) =
         make_uint4(f2h_pair(scale * x.x, scale * x.z), f2h_pair(scale * y.x, scale * y.z),
                    f2h_pair(scale * x.y, scale * x.w), f2h_pair(scale * y.y, scale * y.w));
-  }
-  __syncwarp();
+  });
 }
 #endif
 

@@ -93,11 +93,9 @@ M3_DEV float tile_scale(const CorePlanes& s, int tile) {
   float m = 0.f;
 #pragma unroll
   for (int w = 0; w < 8; ++w) m = fmaxf(m, red[w]);
-  float scale = 1.f;
-  if (m > 0.f && m <= 3.4e38f) {
-    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xffu) - 127;  // floor(log2 m); subnormals -127
-    scale = __uint_as_float(static_cast<unsigned>(min(14 - e, 126) + 127) << 23);
-  }
+  float scale, inverse;
+  half_block_scale(m, scale, inverse);
+  (void)inverse;
   if (core_tid() == 0) s.f32(Core64Layout::scales)[tile] = scale;
   return scale;
 }

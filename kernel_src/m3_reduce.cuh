@@ -79,6 +79,58 @@
 #if M3_REDUCE_DEEP_LOADS && !M3_REDUCE_CHUNK_READY
 #error "M3_REDUCE_DEEP_LOADS is wired into the chunk-ready reduce"
 #endif
+// M3_REDUCE_HALF_PARTIALS (v254): the backward's per-head dq/dk rows arrive in half, each row times a
+// power of two whose inverse follows the halves (store_half_octet in m3_chunk_scan.cuh): a head-sum
+// thread loads 8 bytes a head instead of 16, and the row's inverse (one word for the token's 32
+// threads), and sums the widened terms in head order as before.
+#ifndef M3_REDUCE_HALF_PARTIALS
+#define M3_REDUCE_HALF_PARTIALS 0
+#endif
+#if M3_REDUCE_HALF_PARTIALS && (!M3_REDUCE_CHUNK_READY || !M3_REDUCE_DEEP_LOADS || M3_REDUCE_DISCARD || \
+                                M3_REDUCE_INLINE_AHEAD || M3_REDUCE_HEAD_PARTS)
+#error "M3_REDUCE_HALF_PARTIALS is wired into v161's chunk-ready reduce with deep loads"
+#endif
+
+#if M3_REDUCE_HALF_PARTIALS
+// sum_heads_x4 for half rows: the four columns at `at` (in halves) of each head's row of token t,
+// each head's term widened and times its row's inverse scale, added in head order, 8 heads' loads
+// in flight.
+M3_DEV void sum_half_heads_x4(const M3Params& p, long long t, int n, m3_bf16* dq, m3_bf16* dk) {
+  constexpr int B = 8;
+  const int H = p.H;
+  const long long rows = static_cast<long long>(p.T) * H, row0 = t * H;
+  const unsigned* qh = reinterpret_cast<const unsigned*>(p.ws_dqh);
+  const unsigned* kh = reinterpret_cast<const unsigned*>(p.ws_dkh);
+  const float* qs = p.ws_dqh + rows * M3_N / 2;
+  const float* ks = p.ws_dkh + rows * M3_N / 2;
+  float4 aq = make_float4(0.f, 0.f, 0.f, 0.f), ak = aq;
+  for (int h0 = 0; h0 < H; h0 += B) {
+    uint2 x[B], y[B];
+    float fx[B], fy[B];
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      const bool in = h0 + k < H;  // past the last head: never added
+      const long long row = row0 + h0 + k;
+      x[k] = in ? __ldcg(reinterpret_cast<const uint2*>(qh + (row * M3_N + n) / 2)) : make_uint2(0u, 0u);
+      y[k] = in ? __ldcg(reinterpret_cast<const uint2*>(kh + (row * M3_N + n) / 2)) : make_uint2(0u, 0u);
+      fx[k] = in ? __ldcg(qs + row) : 0.f;
+      fy[k] = in ? __ldcg(ks + row) : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < B; ++k) {
+      if (h0 + k < H) {
+        const float2 q01 = h2f_pair(x[k].x), q23 = h2f_pair(x[k].y);
+        const float2 k01 = h2f_pair(y[k].x), k23 = h2f_pair(y[k].y);
+        aq.x += fx[k] * q01.x, aq.y += fx[k] * q01.y, aq.z += fx[k] * q23.x, aq.w += fx[k] * q23.y;
+        ak.x += fy[k] * k01.x, ak.y += fy[k] * k01.y, ak.z += fy[k] * k23.x, ak.w += fy[k] * k23.y;
+      }
+    }
+  }
+  const auto pack = [](float4 v) { return make_uint2(f2bf_pair(v.x, v.y), f2bf_pair(v.z, v.w)); };
+  *reinterpret_cast<uint2*>(dq) = pack(aq);
+  *reinterpret_cast<uint2*>(dk) = pack(ak);
+}
+#endif
 
 #if M3_REDUCE_WIDE
 // Block `block` of the head sums: T * N / 4 threads in all.
@@ -189,9 +241,14 @@ M3_DEV void reduce_ready_chunk_block(const M3Params& p, unsigned block) {
   if (j * M3_CHUNK + t_local < len) {
     const long long t = start + j * M3_CHUNK + t_local;
     const int n = 4 * (static_cast<int>(threadIdx.x) % QUADS);
+#if M3_REDUCE_HALF_PARTIALS
+    sum_half_heads_x4(p, t, n, p.dq + t * M3_N + n, p.dk + t * M3_N + n);
+    (void)row;
+#else
     sum_heads_x4<QUADS, M3_REDUCE_DEEP_LOADS ? 8 : 0>(reinterpret_cast<const float4*>(p.ws_dqh + t * row + n),
                         reinterpret_cast<const float4*>(p.ws_dkh + t * row + n), p.H, p.dq + t * M3_N + n,
                         p.dk + t * M3_N + n);
+#endif
   }
 #if M3_REDUCE_DISCARD
   __syncthreads();  // every thread's partials read

@@ -139,7 +139,8 @@ const std::vector<OpConfig>& known_configs() {
                                                 OpConfig{"v246", 32, 256}, OpConfig{"v247", 32, 256},
                                                 OpConfig{"v248", 32, 256}, OpConfig{"v249", 32, 256},
                                                 OpConfig{"v250", 32, 256}, OpConfig{"v251", 32, 256},
-                                                OpConfig{"v252", 32, 256}, OpConfig{"v253", 32, 256}};
+                                                OpConfig{"v252", 32, 256}, OpConfig{"v253", 32, 256},
+                                                OpConfig{"v254", 32, 256}, OpConfig{"v255", 32, 256}};
   return configs;
 }
 const int kBuckets[] = {1, 2, 4, 8, 0};
@@ -210,7 +211,8 @@ const Dispatch kDispatch[] = {{"v9", "v7", "v8"},   {"v12", "v11", "v8"}, {"v14"
                               {"v245", "v243", "v8", "v244", kForward64MinWavesV234},
                               {"v248", "v246", "v8", "v247", kForward64MinWavesV234},
                               {"v251", "v249", "v8", "v250", kForward64MinWavesV234},
-                              {"v253", "v252", "v8", "v247", kForward64MinWavesV234}};
+                              {"v253", "v252", "v8", "v247", kForward64MinWavesV234},
+                              {"v255", "v254", "v8", "v247", kForward64MinWavesV234}};
 
 // A call asks about twenty questions of three or four variants before its first launch. With this
 // table scanned (70 entries) and the two lookups below in ordered maps, they cost 7.8 us of host
@@ -549,12 +551,15 @@ int seq_bucket(long long num_seqs) {
 // v252: v246 whose chunk-64 forward hands the backward its entering states in IEEE half, a power of
 // two a 16 x 64 block (M3_CP_HALF_STATES): half the states' bytes through HBM. Its jobs of one
 // chunk fall back to v247, whose states stay fp32 (the flag changes both kernels of a variant).
+// v254: v252 whose backward hands the reduce its per-head dq and dk rows in IEEE half, a power of two
+// a row (M3_CP_HALF_PARTIALS, and M3_REDUCE_HALF_PARTIALS in its reduce); v255 picks v254's kernels
+// or v247's as v253 does.
 // v9, v12, v14, v16, v18, v20, v22, v24, v26, v28, v30, v32, v34, v36, v38, v40, v42, v44, v46,
 // v48, v50, v52, v54, v56, v58, v60, v62, v64, v66, v68, v70, v72, v74, v76, v78, v80, v82, v84,
 // v86, v88, v90, v92, v94, v96, v98, v100, v102, v104, v106, v108, v110, v112, v114, v116, v118,
 // v120, v122, v124, v126, v128, v130, v132, v134, v136, v137, v139, v141, v143, v145, v147, v149,
 // v151, v153, v155, v157, v160, v163, v166, v170, v173, v176, v179, v182, v185, v188, v191, v194,
-// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230, v233, v234, v239, v242, v245, v248, v251 and v253 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
+// v197, v200, v203, v206, v209, v212, v215, v218, v221, v224, v226, v228, v230, v233, v234, v239, v242, v245, v248, v251, v253 and v255 have no kernels of their own (kDispatch); v137 runs v135's, or v103's
 // where the chunk-64 forward's jobs make few waves; v139, v141, v143, v147, v149, v151 and v153
 // likewise v138's, v140's, v142's, v146's, v148's, v150's and v152's, or v103's; v145 v142's, or
 // v144's; v155 v148's, or v154's; v157 v156's, or v154's; v160 v158's, or v159's; v163
@@ -566,7 +571,7 @@ int seq_bucket(long long num_seqs) {
 // v220's; v224 v222's, or v223's; v226 v225's, or v223's; v228 v227's, or v223's; v230 v229's, or
 // v223's; v233 v231's, or v232's; v234 likewise, below 1.5 waves instead of two; v239 v237's, or
 // v238's, as v234; v242 v240's, or v241's, likewise; v245 v243's, or v244's; v248 v246's, or v247's; v251 v249's, or
-// v250's; v253 v252's, or v247's.
+// v250's; v253 v252's, or v247's; v255 v254's, or v247's.
 struct VariantTraits {
   bool mma;
   int pad;
@@ -662,6 +667,7 @@ struct VariantTraits {
   int handoff_carries = 0;               // v237 (1), v240 (2), v243 (3), v246 (4): M3_CP_HANDOFF_CARRIES
   bool late_heads_done = false;          // v249: M3_CP_LATE_HEADS_DONE
   bool half_states = false;              // v252: M3_CP_HALF_STATES
+  bool half_partials = false;            // v254: M3_CP_HALF_PARTIALS and M3_REDUCE_HALF_PARTIALS
 };
 static VariantTraits compute_traits(const OpConfig& c) {
   if (c.variant == "v1") return {false, 1, false, false, false, false, false, false, false, false, false, false};
@@ -824,7 +830,8 @@ static VariantTraits compute_traits(const OpConfig& c) {
                                     {"v247", "v232", nullptr, nullptr, &VariantTraits::handoff_carries, 4},
                                     {"v249", "v246", &VariantTraits::late_heads_done},
                                     {"v250", "v247", &VariantTraits::late_heads_done},
-                                    {"v252", "v246", &VariantTraits::half_states}};
+                                    {"v252", "v246", &VariantTraits::half_states},
+                                    {"v254", "v252", &VariantTraits::half_partials}};
   for (const auto& d : derived) {
     if (c.variant != d.variant) continue;
     VariantTraits t = compute_traits(OpConfig{d.base, c.chunk, c.threads});
@@ -1021,6 +1028,7 @@ KernelSource scan_source(const OpConfig& c, int bucket, const std::string& arch)
   if (tr.handoff_carries) src.options.push_back("-DM3_CP_HANDOFF_CARRIES=" + std::to_string(tr.handoff_carries));
   if (tr.late_heads_done) src.options.push_back("-DM3_CP_LATE_HEADS_DONE=1");
   if (tr.half_states) src.options.push_back("-DM3_CP_HALF_STATES=1");
+  if (tr.half_partials) src.options.push_back("-DM3_CP_HALF_PARTIALS=1");
   // The same source; what NVRTC makes of its fp32 arithmetic changes (v210 on).
   if (tr.ftz_approx_div) src.options.insert(src.options.end(), {"-ftz=true", "-prec-div=false"});
   if (tr.opaque_tile_tid) src.options.push_back("-DM3_OPAQUE_TILE_TID=" + std::to_string(tr.opaque_tile_tid));
@@ -1092,7 +1100,7 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
              (parts ? ",head_parts" : "") + (one ? ",one_launch" : "") +
              (ready ? ",chunk_ready,C=" + std::to_string(c.chunk) : std::string()) + (discard ? ",discard" : "") +
              (tr.inline_head_sums ? ",ahead=" + std::to_string(tr.inline_head_sums) : std::string()) +
-             (tr.deep_reduce_loads ? ",deep" : "") + "]";
+             (tr.deep_reduce_loads ? ",deep" : "") + (tr.half_partials ? ",half" : "") + "]";
   src.code = "#include \"m3_reduce.cuh\"\n";
   src.options = {"-DM3_N=" + std::to_string(kSupportedDims.n), "-DM3_THREADS=" + std::to_string(c.threads)};
   // Only where set, so that the other variants keep their options, and with them their keys.
@@ -1107,6 +1115,7 @@ KernelSource reduce_source(const OpConfig& c, const std::string& arch) {
   if (discard) src.options.push_back("-DM3_REDUCE_DISCARD=1");
   if (tr.inline_head_sums) src.options.push_back("-DM3_REDUCE_INLINE_AHEAD=" + std::to_string(tr.inline_head_sums));
   if (tr.deep_reduce_loads) src.options.push_back("-DM3_REDUCE_DEEP_LOADS=1");
+  if (tr.half_partials) src.options.push_back("-DM3_REDUCE_HALF_PARTIALS=1");
   src.arch = arch;
   return src;
 }

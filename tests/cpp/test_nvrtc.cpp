@@ -258,7 +258,7 @@ TEST_CASE("an unsupported configuration names what is supported in one line", "[
   // Runs of consecutive versions collapse; v167 is a solver version, not a kernel variant.
   CHECK(std::regex_search(
       unknown, std::regex("known variants: v1 to v[0-9]+(, v[0-9]+( to v[0-9]+)?)* \\(with chunk=32, threads=256\\)$")));
-  CHECK(unknown.find("v1 to v166, v168 to v253") != std::string::npos);
+  CHECK(unknown.find("v1 to v166, v168 to v255") != std::string::npos);
   CHECK(unknown.size() < 300);
 }
 
@@ -837,6 +837,29 @@ TEST_CASE("v234 picks as v233 but runs its wide kernels from 1.5 waves of chunk-
   }
 }
 
+TEST_CASE("v252 and v254 hand on their states and partials in half; v253 and v255 pick as v248", "[registry]") {
+  const OpConfig v246 = parse_op_config("variant=v246"), v252 = parse_op_config("variant=v252"),
+                 v254 = parse_op_config("variant=v254");
+  CHECK_FALSE(has_option(scan_source(v246, 0), "-DM3_CP_HALF_STATES=1"));
+  CHECK(has_option(scan_source(v252, 0), "-DM3_CP_HALF_STATES=1"));
+  CHECK_FALSE(has_option(scan_source(v252, 0), "-DM3_CP_HALF_PARTIALS=1"));
+  CHECK(has_option(scan_source(v254, 0), "-DM3_CP_HALF_STATES=1"));
+  CHECK(has_option(scan_source(v254, 0), "-DM3_CP_HALF_PARTIALS=1"));
+  // The reduce reads what its backward wrote: v252 shares v246's, v254 has its own.
+  CHECK(reduce_source(v252).name == reduce_source(v246).name);
+  CHECK_FALSE(has_option(reduce_source(v252), "-DM3_REDUCE_HALF_PARTIALS=1"));
+  CHECK(has_option(reduce_source(v254), "-DM3_REDUCE_HALF_PARTIALS=1"));
+  CHECK(reduce_source(v254).name != reduce_source(v252).name);
+  for (const auto& [picker, wide] : {std::pair{"v253", "v252"}, std::pair{"v255", "v254"}}) {
+    INFO(picker);
+    const OpConfig c = parse_op_config(std::string("variant=") + picker);
+    CHECK(picks_by_forward64_waves(c));
+    CHECK(resolve_kernels(c, 1).variant == wide);
+    CHECK(resolve_kernels(c, 1, 1.49).variant == "v247");  // fp32 states and partials, both kernels
+    CHECK(resolve_kernels(c, kExactProductsAboveLen + 1, 9.0).variant == "v8");
+  }
+}
+
 TEST_CASE("v229 is v225 whose CTAs load their likely ticket's row with the atomic", "[registry]") {
   check_one_more_forward64_option("v225", "v229", "-DM3_CP_GUESSED_TICKET=1");
   CHECK(resolve_kernels(parse_op_config("variant=v230"), 1).variant == "v229");
@@ -939,7 +962,7 @@ TEST_CASE("the waves pickers (v137 to v233) run their wide kernels from two wave
                            "v184", "v186", "v187", "v189", "v190", "v192", "v193", "v195", "v196", "v198",
                            "v199", "v201", "v202", "v204", "v205", "v207", "v208", "v210", "v211", "v213", "v214",
                            "v216", "v217", "v219", "v220", "v222", "v223", "v225", "v227", "v229", "v231", "v232", "v235",
-                           "v236", "v237", "v238", "v240", "v241", "v243", "v244", "v246", "v247", "v249", "v250", "v252", "v8"}) {
+                           "v236", "v237", "v238", "v240", "v241", "v243", "v244", "v246", "v247", "v249", "v250", "v252", "v254", "v8"}) {
     INFO(name);
     const OpConfig o = parse_op_config(std::string("variant=") + name);
     CHECK_FALSE(picks_by_forward64_waves(o));
