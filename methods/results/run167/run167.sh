@@ -17,10 +17,10 @@
 #   one. Prediction: 1 to 2 us a job more than the plain core's 16.9 (three more barriers, the
 #   maxima, the A fragments of dqr and dks loaded twice for their column halves).
 # Not run in the thirty-ninth session: its device time ran out (written, waiting for a device).
-# Carry ["scratch"] (scratch/shared: a copy of ../shared).
+# Carry ["scratch", ".deps"] (scratch/shared: a copy of ../shared; .deps: the C++ dependencies, as the
+# prologue says; the fortieth session found this script written without them).
 set -uo pipefail
-t0=$(date +%s)
-export MAMBA3_JIT_SHARED_DIR=$PWD/scratch/shared MAMBA3_JIT_CACHE_DIR=/tmp/jc
+source methods/results/prologue.sh
 MAMBA3_JIT_BUILD_DIR=/tmp/bt bash tools/build.sh -DMAMBA3_JIT_BUILD_TORCH=OFF > /tmp/build.log 2>&1
 echo "build rc=$? $(( $(date +%s)-t0 ))s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

@@ -17,7 +17,8 @@
 # Prediction: v255's backward within 1% of v253's (about 100 more instructions a thread against
 # half the partials' store instructions and bytes), the reduce's tail after the backward 3 to 5 us
 # shorter on c01; latency geomean 0.5 to 1% below v253's; dq and dk within 2e-3 of v252's.
-# Then run 167's probes (methods/results/run167/run167.sh, its predictions there) while time lasts.
+# Then run 167's probes (methods/results/run167/run167.sh, its predictions there) while time lasts; if
+# the call's 600 s run out first, run 167's own script is the next call (about 2 minutes).
 # Carry ["scratch", ".deps"] (scratch/shared a copy of ../shared, scratch/jc warmed for v248, v253,
 # v255: `mamba3-jit-warmup --cache-dir scratch/jc --config variant=v248 --config variant=v253
 # --config variant=v255`).
@@ -25,7 +26,7 @@ set -uo pipefail
 source methods/results/prologue.sh
 bash tools/build.sh > /tmp/build.log 2>&1; echo "build rc=$? $(( $(date +%s)-t0 ))s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
+timeout 170 python3 -m pytest -q -p no:cacheprovider tests/python/test_operator_gpu.py \
   -k "half_states or half_partials or v252 or v253 or v254 or v255" > $OUT/tests.log 2>&1
 echo "tests rc=$? $(( $(date +%s)-t0 ))s: $(tail -n 1 $OUT/tests.log)"
 grep -E "^FAILED|^E  " $OUT/tests.log | head -8
@@ -34,15 +35,17 @@ timeout 230 python3 tools/bench.py --solver methods/versions/v248/solver.py --so
   --no-baseline --reps 4 --pin-cpu 3 --json $OUT/bench.json > $OUT/bench.log 2>&1
 echo "bench rc=$? $(( $(date +%s)-t0 ))s"
 python3 methods/results/bench_table.py $OUT/bench.json --ratios m3_cp_forward64 m3_cp_backward m3_reduce_all
-for v in v253 v255; do
-  timeout 90 python3 tools/selfcheck.py --solver methods/versions/$v/solver.py --json $OUT/selfcheck_$v.json \
+# The selfcheck of the faster picker while the time lasts (the call's limit is 600 s).
+for v in v255 v253; do
+  left=$(( 560 - ($(date +%s)-t0) ))
+  [ $left -gt 60 ] || break
+  timeout $left python3 tools/selfcheck.py --solver methods/versions/$v/solver.py --json $OUT/selfcheck_$v.json \
     > $OUT/selfcheck_$v.log 2>&1
   echo "selfcheck $v rc=$? $(( $(date +%s)-t0 ))s"
   tail -n 12 $OUT/selfcheck_$v.log
 done
 # Run 167's probes (the test binary built above).
-B=$MAMBA3_JIT_BUILD_DIR
-[ -n "${B:-}" ] || B=build
+B=${MAMBA3_JIT_BUILD_DIR:-build}
 for t in "the plane product cores match float64*" "the plane products match float64*"; do
   [ $(( $(date +%s)-t0 )) -lt 480 ] || break
   timeout 60 $B/mamba3_jit_tests "$t" -s 2>&1 | grep -E "rel-L2|overflow|passed|failed" | tail -n 30 | tee -a $OUT/probe_tests.txt
