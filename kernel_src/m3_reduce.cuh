@@ -92,9 +92,9 @@
 #endif
 
 #if M3_REDUCE_HALF_PARTIALS
-// sum_heads_x4 for half rows: the four columns at `at` (in halves) of each head's row of token t,
-// each head's term widened and times its row's inverse scale, added in head order, 8 heads' loads
-// in flight.
+// sum_heads_x4 for half rows: columns n .. n + 3 of each head's row of token t, each head's term
+// widened and times its row's inverse scale (exact: a half times a power of two), added in head
+// order, 8 heads' loads in flight.
 M3_DEV void sum_half_heads_x4(const M3Params& p, long long t, int n, m3_bf16* dq, m3_bf16* dk) {
   constexpr int B = 8;
   const int H = p.H;
