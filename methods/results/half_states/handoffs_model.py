@@ -6,7 +6,6 @@ the blueprint proposes). Prints every gradient's relative L2 error against the f
 
 Run: python3 methods/results/half_states/handoffs_model.py [states,partials,gradient | none] [LENS [SEED [HEADS]]]
 """
-import inspect
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ sys.path.insert(0, str(root / "python"))
 import backward64_full_model as bm  # noqa: E402
 import backward64kv_model as kvm  # noqa: E402
 import forward64_model as f64  # noqa: E402
-from partials_model import half_rows  # noqa: E402
+from partials_model import model_with_half_partials  # noqa: E402
 from states_model import half_blocks  # noqa: E402
 
 
@@ -62,16 +61,8 @@ def main():
             return result
 
         kvm.run_job = rounded_job
-    model = bm.model_backward64
     if "partials" in which:
-        src = inspect.getsource(bm.model_backward64)
-        old = 'return {"dq": dqh.sum(1), "dk": dkh.sum(1),'
-        assert old in src, "the model's return line moved"
-        ns = dict(vars(bm))
-        ns["half_rows"] = half_rows
-        exec(src.replace(old, 'return {"dq": half_rows(dqh).sum(1), "dk": half_rows(dkh).sum(1),'), ns)
-        model = ns["model_backward64"]
-    bm.model_backward64 = model
+        bm.model_backward64 = model_with_half_partials()
     case = f64.make_case(lens, seed=seed, H=heads)
     torch.set_grad_enabled(True)
     label = "+".join(sorted(which))
