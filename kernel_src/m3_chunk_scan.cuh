@@ -1674,11 +1674,20 @@ M3_DEV void backward_token_scalars_parallel(const M3Params& p, const SeqHead& sh
 // threads met on each bank: twice the wavefronts).
 M3_DEV int half_state_slot(int tid) { return 4 * (((tid >> 2) & 1) ^ 1); }
 
+// A thread's share of the half state, the same for the copy and the widening: rows r0 + 16 q (q < 4),
+// columns c .. c + 7, its halves at column c + hs of the fp32 copy and its scales at c + 4 - hs.
+struct HalfStateShare {
+  int r0, c, hs;
+};
+M3_DEV HalfStateShare half_state_share(int tid) {
+  static_assert(NT % (N / 8) == 0 && NT / (N / 8) == 16 && P * N / 8 / NT == 4, "four 16-row blocks a thread");
+  return HalfStateShare{tid / (N / 8), 8 * (tid % (N / 8)), half_state_slot(tid)};
+}
+
 // The thread's four chunks of the half state (and their blocks' inverse scales), as backward_prepare
 // placed them, widened into the fp32 copy in place. Exact: a half times a power of two.
 M3_DEV void widen_half_state(Smem& s) {
-  const int tid = M3_TID();
-  const int r0 = tid / (N / 8), c = 8 * (tid % (N / 8)), hs = half_state_slot(tid);
+  const auto [r0, c, hs] = half_state_share(M3_TID());
   const float4 inv4 = *reinterpret_cast<const float4*>(s.t1 + M3_SS(r0, c + 4 - hs));
   const float inv[4] = {inv4.x, inv4.y, inv4.z, inv4.w};
 #pragma unroll
@@ -1714,8 +1723,7 @@ M3_DEV void backward_prepare(const M3Params& p, const SeqHead& sh, Smem& s, int 
   // four of its first chunk (half_state_slot): widen_half_state, after this thread's wait, reads
   // only the thread's own slots and fills them, so the copy needs no barrier of its own.
   {
-    const int r0 = tid / (N / 8), c = 8 * (tid % (N / 8)), hs = half_state_slot(tid);
-    static_assert(NT % (N / 8) == 0 && NT / (N / 8) == 16 && P * N / 8 / NT == 4, "four 16-row blocks a thread");
+    const auto [r0, c, hs] = half_state_share(tid);
     const unsigned short* halves = reinterpret_cast<const unsigned short*>(saved);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

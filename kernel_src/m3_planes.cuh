@@ -172,16 +172,22 @@ struct PlaneTile {
     }
   }
 
-  // f(row, col, acc at col, acc at col + 1) for the column pairs a thread holds.
+  // f(i, j, h, row, col) for the column pairs a thread holds: acc[i][j][2 h] and acc[i][j][2 h + 1]
+  // are the tile's (row, col) and (row, col + 1); also for zipping tiles of one layout.
   template <class F>
-  M3_DEV void for_each_pair(F f) const {
+  M3_DEV void for_each_slot(F f) const {
 #pragma unroll
     for (int i = 0; i < MT; ++i)
 #pragma unroll
       for (int j = 0; j < NTL; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          f(m0 + 16 * i + g + 8 * h, n0 + 8 * j + 2 * t, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        for (int h = 0; h < 2; ++h) f(i, j, h, m0 + 16 * i + g + 8 * h, n0 + 8 * j + 2 * t);
+  }
+
+  // f(row, col, acc at col, acc at col + 1) for the column pairs a thread holds.
+  template <class F>
+  M3_DEV void for_each_pair(F f) const {
+    for_each_slot([&](int i, int j, int h, int r, int c) { f(r, c, acc[i][j][2 * h], acc[i][j][2 * h + 1]); });
   }
 };
 

@@ -205,36 +205,31 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
     k_sc = 1.f / (scales[kTileQr] * scales[kTileKs]);
     k_dm = 1.f / (scales[kTileDy] * scales[kTileV]);
   }
+  sc.for_each_slot([&](int i, int j, int h, int rt, int c) {
+    const int r = r0 + rt;
+    float mw[2], dmw[2];
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+    for (int e = 0; e < 2; ++e) {
+      const float wd = c + e <= r ? __expf(cl[r] - cl[c + e]) : 0.f;
+      const float d = k_dm * dm.acc[i][j][2 * h + e];
+      mw[e] = wd * (k_sc * sc.acc[i][j][2 * h + e]);
+      dmw[e] = wd * d;
+      const float gv = d * mw[e];
+      row[i][h] += gv;
+      col[j][e] += gv;
+    }
+    if constexpr (kCore64Scaled) {
 #pragma unroll
-    for (int j = 0; j < NTL; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r0 + sc.m0 + 16 * i + sc.g + 8 * h, c = sc.n0 + 8 * j + 2 * sc.t;
-        float mw[2], dmw[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float wd = c + e <= r ? __expf(cl[r] - cl[c + e]) : 0.f;
-          const float d = k_dm * dm.acc[i][j][2 * h + e];
-          mw[e] = wd * (k_sc * sc.acc[i][j][2 * h + e]);
-          dmw[e] = wd * d;
-          const float gv = d * mw[e];
-          row[i][h] += gv;
-          col[j][e] += gv;
-        }
-        if constexpr (kCore64Scaled) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            sc.acc[i][j][2 * h + e] = mw[e];
-            dm.acc[i][j][2 * h + e] = dmw[e];
-            amax_mw = fmaxf(amax_mw, fabsf(mw[e]));
-            amax_dmw = fmaxf(amax_dmw, fabsf(dmw[e]));
-          }
-        } else {
-          put_mixing_pairs(r, c, mw[0], mw[1], dmw[0], dmw[1]);
-        }
+      for (int e = 0; e < 2; ++e) {
+        sc.acc[i][j][2 * h + e] = mw[e];
+        dm.acc[i][j][2 * h + e] = dmw[e];
+        amax_mw = fmaxf(amax_mw, fabsf(mw[e]));
+        amax_dmw = fmaxf(amax_dmw, fabsf(dmw[e]));
       }
+    } else {
+      put_mixing_pairs(r, c, mw[0], mw[1], dmw[0], dmw[1]);
+    }
+  });
   // Rows over the quad's lanes (t), columns over the eight row groups (g): fixed orders.
 #pragma unroll
   for (int i = 0; i < MT; ++i)
@@ -275,16 +270,10 @@ M3_DEV void core64_mixing(const CorePlanes& s, const CoreOutputs& out) {
   }
   if constexpr (kCore64Scaled) {
     const float s_mw = tile_scale(s, kTileMw), s_dmw = tile_scale(s, kTileDmw);
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NTL; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r0 + sc.m0 + 16 * i + sc.g + 8 * h, c = sc.n0 + 8 * j + 2 * sc.t;
-          put_mixing_pairs(r, c, s_mw * sc.acc[i][j][2 * h], s_mw * sc.acc[i][j][2 * h + 1],
-                           s_dmw * dm.acc[i][j][2 * h], s_dmw * dm.acc[i][j][2 * h + 1]);
-        }
+    sc.for_each_slot([&](int i, int j, int h, int r, int c) {  // dm holds the same slots
+      put_mixing_pairs(r0 + r, c, s_mw * sc.acc[i][j][2 * h], s_mw * sc.acc[i][j][2 * h + 1],
+                       s_dmw * dm.acc[i][j][2 * h], s_dmw * dm.acc[i][j][2 * h + 1]);
+    });
     __syncthreads();  // the planes, before the products read them
   }
 }
